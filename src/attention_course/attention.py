@@ -1,0 +1,102 @@
+"""Scaled dot-product attention: softmax(Q K^T / sqrt(D)) V.
+
+Lesson: 02_scaled_dot_product (the masked version is completed in 03_masking)
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .masks import apply_mask, causal_mask, combine_masks
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Numerically stable softmax: exp(x - max) / sum(exp(x - max)) along ``dim``.
+
+    Subtracting the maximum changes nothing mathematically and keeps exp() from overflowing
+    on large logits. Like ``torch.softmax``, a slice that is all -inf gives NaN.
+    Args:
+        x: tensor of any shape and floating dtype.
+        dim: the axis whose entries become probabilities.
+    Returns:
+        tensor of the shape of ``x``; entries along ``dim`` are positive and sum to 1.
+    Lesson: 02_scaled_dot_product
+    """
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    exps = shifted.exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> Tensor:
+    """Similarity of every query with every key: Q K^T * scale, scale = 1/sqrt(D) by default.
+
+    Args:
+        query: (B, H, T, D) queries (any leading dims).
+        key: (B, H, S, D) keys.
+        scale: factor applied to the dot products; None means 1/sqrt(D).
+    Returns:
+        (B, H, T, S) scores.
+    Lesson: 02_scaled_dot_product
+    """
+    check_query_key_value(query, key)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    return query @ key.transpose(-2, -1) * scale  # (B,H,T,D) @ (B,H,D,S) -> (B,H,T,S)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None):
+    """Attention as in ``F.scaled_dot_product_attention``, also returning the weights.
+
+    Args:
+        query: (B, H, T, D) queries (any leading dims that broadcast).
+        key: (B, H, S, D) keys.
+        value: (B, H, S, Dv) values.
+        attn_mask: None, a bool mask (True = may attend) or a float mask added to the scores;
+            broadcasts to (B, H, T, S).
+        dropout_p: dropout probability on the weights (always applied when > 0, as in PyTorch).
+        is_causal: also apply ``causal_mask(T, S)``, combined with ``attn_mask`` if both given.
+        scale: factor for the scores; None means 1/sqrt(D).
+    Returns:
+        out: (B, H, T, Dv) weighted sums of the values.
+        weights: (B, H, T, S) attention weights; each row sums to 1, or is all 0 where every
+            key is masked (that query's output is then 0, as in PyTorch).
+    Lesson: 02_scaled_dot_product (masks: 03_masking)
+    """
+    check_query_key_value(query, key, value)
+    scores = attention_scores(query, key, scale)  # (B, H, T, S)
+    if is_causal:
+        T, S = scores.shape[-2:]
+        attn_mask = combine_masks(causal_mask(T, S, device=scores.device), attn_mask)
+    scores = apply_mask(scores, attn_mask)
+    fully_masked = scores.isneginf().all(dim=-1, keepdim=True)  # (B, H, T, 1)
+    weights = softmax(scores.masked_fill(fully_masked, 0.0)).masked_fill(fully_masked, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = weights @ value  # (B,H,T,S) @ (B,H,S,Dv) -> (B,H,T,Dv)
+    return out, weights
+
+
+def check_query_key_value(query: Tensor, key: Tensor, value: Tensor | None = None) -> None:
+    """Raise a clear error unless query, key (and value) fit together."""
+    if query.ndim < 2 or key.ndim < 2:
+        raise ValueError(f"query and key need at least 2 dims (..., T, D) and (..., S, D), got "
+                         f"{tuple(query.shape)} and {tuple(key.shape)}")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must share the head dim D: query {tuple(query.shape)} "
+                         f"has D={query.shape[-1]}, key {tuple(key.shape)} has D={key.shape[-1]}")
+    _check_batch_dims("query", query, "key", key)
+    if value is None:
+        return
+    if value.ndim < 2 or value.shape[-2] != key.shape[-2]:
+        raise ValueError(f"key and value must have the same length S: key {tuple(key.shape)}, "
+                         f"value {tuple(value.shape)} (expected (..., S, Dv))")
+    _check_batch_dims("key", key, "value", value)
+
+
+def _check_batch_dims(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
+    try:
+        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the batch dims of {name_a} {tuple(a.shape[:-2])} and {name_b} "
+                         f"{tuple(b.shape[:-2])} do not broadcast") from None

@@ -1,0 +1,40 @@
+"""Choosing where tensors live: a GPU when one is asked for and present, else the CPU.
+
+Used by every lesson's setup cell (the ``USE_GPU`` toggle).
+"""
+
+import importlib.util
+
+import torch
+
+COLAB_GPU_HINT = "On Colab: Runtime > Change runtime type > T4 GPU, then run the notebook again."
+
+
+def in_colab() -> bool:
+    """True when running inside Google Colab."""
+    try:
+        return importlib.util.find_spec("google.colab") is not None
+    except ModuleNotFoundError:  # no ``google`` package at all
+        return False
+
+
+def pick_device(use_gpu: bool = True, verbose: bool = True) -> torch.device:
+    """CUDA (or Apple MPS) if ``use_gpu`` and one is present, otherwise the CPU.
+
+    Prints one line saying what was chosen and, on Colab without a GPU, how to get one.
+    """
+    device, message = _choose(use_gpu)
+    if verbose:
+        print(message)
+    return device
+
+
+def _choose(use_gpu: bool) -> tuple[torch.device, str]:
+    if not use_gpu:
+        return torch.device("cpu"), "Using the CPU (USE_GPU is False)."
+    if torch.cuda.is_available():
+        return torch.device("cuda"), f"Using the GPU: {torch.cuda.get_device_name(0)}."
+    if torch.backends.mps.is_available():
+        return torch.device("mps"), "Using the Apple GPU (MPS)."
+    message = "No GPU found, using the CPU (every lesson runs fine on it)."
+    return torch.device("cpu"), f"{message} {COLAB_GPU_HINT}" if in_colab() else message

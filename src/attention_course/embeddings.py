@@ -1,0 +1,88 @@
+"""Token embeddings and positional encodings: turning token ids into vectors that know where
+they are.
+
+Lesson: 01_embeddings
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def one_hot_embedding(token_ids: Tensor, weight: Tensor) -> Tensor:
+    """Embed tokens as one_hot(token_ids) @ weight: each id selects one row of ``weight``.
+
+    Args:
+        token_ids: (B, T) integer ids in 0..V-1 (any shape).
+        weight: (V, C) embedding matrix, one row per vocabulary entry.
+    Returns:
+        (B, T, C) embeddings, equal to ``weight[token_ids]`` and to ``nn.Embedding``.
+    Lesson: 01_embeddings
+    """
+    one_hot = F.one_hot(token_ids, num_classes=weight.shape[0]).to(weight.dtype)  # (B, T, V)
+    return one_hot @ weight  # (B,T,V) @ (V,C) -> (B,T,C)
+
+
+def sinusoidal_positional_encoding(seq_len: int, d_model: int, *, base: float = 10000.0,
+                                   device=None, dtype=torch.float32) -> Tensor:
+    """The fixed positional encoding of "Attention Is All You Need".
+
+    PE[t, 2i] = sin(t / base^(2i / C)) and PE[t, 2i + 1] = cos(t / base^(2i / C)).
+    Args:
+        seq_len: number of positions T.
+        d_model: model width C (odd widths drop the last cosine).
+        base: wavelength scale; the slowest pair has wavelength 2*pi*base.
+    Returns:
+        (T, C) encoding, entries in [-1, 1].
+    Lesson: 01_embeddings
+    """
+    position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]  # (T, 1)
+    two_i = torch.arange(0, d_model, 2, device=device, dtype=dtype)  # (ceil(C/2),)
+    angles = position / base ** (two_i / d_model)  # (T, ceil(C/2))
+    pe = torch.zeros(seq_len, d_model, device=device, dtype=dtype)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return pe
+
+
+def token_and_position_embedding(token_ids: Tensor, weight: Tensor, pe: Tensor) -> Tensor:
+    """Token embedding scaled by sqrt(C) plus the encoding of each position.
+
+    Args:
+        token_ids: (B, T) integer ids.
+        weight: (V, C) token embedding matrix.
+        pe: (T_max, C) positional encoding, T_max >= T; the first T rows are used.
+    Returns:
+        (B, T, C) = weight[token_ids] * sqrt(C) + pe[:T].
+    Lesson: 01_embeddings
+    """
+    T, C = token_ids.shape[-1], weight.shape[-1]
+    if pe.shape[-1] != C or pe.shape[0] < T:
+        raise ValueError(f"pe must have shape (T_max >= {T}, C={C}), got {tuple(pe.shape)}")
+    return weight[token_ids] * math.sqrt(C) + pe[:T]  # (B,T,C) + (T,C) -> (B,T,C)
+
+
+class TokenAndPositionEmbedding(nn.Module):
+    """``nn.Embedding`` for tokens plus sinusoidal (fixed) or learned position vectors.
+
+    Lesson: 01_embeddings
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int,
+                 learned_positions: bool = False):
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.max_len = max_len
+        if learned_positions:
+            self.position = nn.Parameter(torch.randn(max_len, d_model) * d_model ** -0.5)
+        else:
+            self.register_buffer("position", sinusoidal_positional_encoding(max_len, d_model))
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, C) embeddings."""
+        if token_ids.shape[-1] > self.max_len:
+            raise ValueError(f"sequence of length {token_ids.shape[-1]} is longer than "
+                             f"max_len={self.max_len}")
+        return token_and_position_embedding(token_ids, self.token.weight, self.position)
