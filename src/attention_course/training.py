@@ -149,8 +149,9 @@ def train(model: nn.Module, task: CopyTask, config: TrainConfig = TrainConfig(),
             losses.clear()
             history.eval_steps.append(step)
             history.accuracy.append(teacher_forced_accuracy(model, held_out))
-            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", accuracy=f"{history.accuracy[-1]:.1%}")
-            if config.target_accuracy is not None and history.accuracy[-1] >= config.target_accuracy:
+            accuracy = history.accuracy[-1]
+            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", accuracy=f"{accuracy:.1%}")
+            if config.target_accuracy is not None and accuracy >= config.target_accuracy:
                 break
     history.seconds = time.perf_counter() - start
     return history

@@ -1,0 +1,319 @@
+"""The machinery behind every check.
+
+A check runs the student's function on seeded cases (``observe``: the only step that runs
+student code), then judges what came back against the reference (``judge``: pure, trusted).
+When an output is wrong, ``diagnose`` recomputes the exercise's known wrong variants (each
+catalogued mistake alone, then pairs of them) and names the one the student's output matches.
+
+Tolerance policy: outputs match when ``torch.allclose(got, expected, rtol, atol)`` holds with
+rtol=1e-7, atol=1e-10 in float64 and rtol=1e-4, atol=1e-5 in lower precision (loose enough for
+any correct summation order: einsum, loops, float64 internals); NaN must sit where the expected
+output has NaN; bool outputs must be equal.
+"""
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .shortcuts import Forbidden, watch_calls
+
+TOLERANCES = {torch.float64: (1e-7, 1e-10)}
+DEFAULT_TOLERANCE = (1e-4, 1e-5)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong way to solve an exercise: a name, a hint, and how to recognise it.
+
+    ``knobs`` are the settings of the exercise's variant function that reproduce the mistake;
+    ``sign``, if given, recognises it from the outputs directly: sign(got, expected) -> bool.
+    """
+
+    name: str
+    hint: str
+    knobs: dict = field(default_factory=dict)
+    sign: Callable | None = None
+
+
+@dataclass
+class Case:
+    """One test input: what it exercises, in words, and the arguments."""
+
+    description: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    grad: bool = False  # also check that gradients flow back to the float inputs
+
+
+@dataclass
+class Exercise:
+    """Everything a check needs to know about one practice function."""
+
+    name: str
+    reference: Callable
+    inputs: tuple[str, ...]  # names of the positional arguments
+    outputs: tuple[tuple[str, str], ...]  # (name, shape in words) of each returned tensor
+    mistakes: tuple[Mistake, ...] = ()
+    variant: Callable | None = None  # variant(*args, **knobs, **kwargs) -> a wrong output
+    forbidden: Forbidden = Forbidden()
+
+
+@dataclass
+class Observation:
+    """What the student's code did on one case: plain tensors and strings, no code."""
+
+    outputs: tuple | None = None
+    error: str | None = None  # "NotImplementedError" or "TypeError: ..." if it raised
+    shortcuts: list[str] = field(default_factory=list)
+    modified_inputs: list[str] = field(default_factory=list)
+    grads: dict[str, Tensor | None] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    message: str = ""
+    mistake: str | None = None
+
+
+# ---------------------------------------------------------------- running the student's code
+
+def observe(exercise: Exercise, student: Callable, case: Case,
+            parameters: dict[str, Tensor] | None = None) -> Observation:
+    """Run ``student`` on ``case`` and record its outputs, errors, shortcuts and gradients."""
+    args = _clone(case.args, grad=case.grad)
+    snapshot = _clone(args, grad=False)
+    observation = Observation()
+    try:
+        with watch_calls(exercise.forbidden, observation.shortcuts):
+            result = student(*args, **case.kwargs)
+    except NotImplementedError:
+        observation.error = "NotImplementedError"
+        return observation
+    except Exception as err:  # the student's bug, reported in words
+        observation.error = f"{type(err).__name__}: {err}"
+        return observation
+    observation.outputs = _as_tuple(result)
+    observation.modified_inputs = [
+        name for name, a, b in zip(exercise.inputs, args, snapshot, strict=False)
+        if isinstance(a, Tensor) and not torch.equal(a.detach().nan_to_num(), b.nan_to_num())]
+    if case.grad:
+        targets = {name: a for name, a in zip(exercise.inputs, args, strict=False)
+                   if isinstance(a, Tensor) and a.requires_grad}
+        observation.grads = _gradients(observation.outputs, targets | (parameters or {}))
+    observation.outputs = tuple(_detach(o) for o in observation.outputs)
+    return observation
+
+
+def _gradients(outputs: tuple, targets: dict[str, Tensor]) -> dict[str, Tensor | None]:
+    differentiable = [o for o in outputs if isinstance(o, Tensor) and o.requires_grad]
+    if not differentiable:
+        return {name: None for name in targets}
+    loss = sum((o * _probe_weights(o)).sum() for o in differentiable)
+    grads = torch.autograd.grad(loss, list(targets.values()), allow_unused=True)
+    return dict(zip(targets, grads, strict=True))
+
+
+def _probe_weights(output: Tensor) -> Tensor:
+    """Fixed random weights, so the gradient of sum(weights * output) checks every entry."""
+    generator = torch.Generator().manual_seed(1234)
+    return torch.rand(output.shape, generator=generator, dtype=output.dtype)
+
+
+# ---------------------------------------------------------------- judging, no student code
+
+def judge(exercise: Exercise, case: Case, observation: Observation,
+          expected: Observation) -> Verdict:
+    """Compare an observation of the student's code with the reference's on the same case."""
+    name, where = exercise.name, _describe(exercise, case)
+    if observation.error == "NotImplementedError":
+        return Verdict(False, f"{name}: not implemented yet. Replace `raise "
+                              f"NotImplementedError()` with your code, then run this cell again.")
+    if observation.shortcuts:
+        return Verdict(False, f"{name}: your code calls {observation.shortcuts[0]}, which is what "
+                              f"this exercise asks you to write yourself. Shortcut refused: use "
+                              f"basic tensor operations (earlier lessons' functions are fine).",
+                       mistake="shortcut")
+    if observation.error:
+        return Verdict(False, f"{name} raised {observation.error}\n  tested: {where}")
+    if observation.modified_inputs:
+        return Verdict(False, f"{name} modified its input `{observation.modified_inputs[0]}` in "
+                              f"place.\n  tested: {where}\n  Hint: use out-of-place operations "
+                              f"(masked_fill, not masked_fill_; x = x - m, not x -= m).")
+    problem = _output_problem(exercise, observation.outputs, expected.outputs)
+    if problem:
+        return _explain(exercise, case, observation, expected, problem)
+    if case.grad:
+        problem = _gradient_problem(observation.grads, expected.grads)
+        if problem:
+            return Verdict(False, f"{name}: {problem}\n  tested: {where}")
+    return Verdict(True)
+
+
+def _output_problem(exercise: Exercise, got: tuple, expected: tuple) -> str | None:
+    if len(got) != len(expected):
+        names = ", ".join(n for n, _ in exercise.outputs)
+        return f"returned {len(got)} value(s), expected {len(expected)}: {names}"
+    for (name, shape_words), g, e in zip(exercise.outputs, got, expected, strict=True):
+        if not isinstance(g, Tensor):
+            return f"`{name}` is a {type(g).__name__}, expected a tensor"
+        if g.shape != e.shape:
+            return (f"`{name}` has shape {tuple(g.shape)}, expected {tuple(e.shape)} "
+                    f"{shape_words}")
+        if g.dtype != e.dtype:
+            return (f"`{name}` has dtype {g.dtype}, expected {e.dtype} (keep the dtype of "
+                    f"the inputs; do not hard-code float32)")
+        if not matches(g, e):
+            return f"`{name}` has wrong values: {_difference(g, e)}"
+    return None
+
+
+def matches(got: Tensor, expected: Tensor) -> bool:
+    """True when ``got`` equals ``expected`` within the tolerance policy."""
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return False
+    if expected.dtype == torch.bool or not expected.is_floating_point():
+        return torch.equal(got, expected)
+    rtol, atol = TOLERANCES.get(expected.dtype, DEFAULT_TOLERANCE)
+    return torch.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _difference(got: Tensor, expected: Tensor) -> str:
+    if not expected.is_floating_point():
+        wrong = (got != expected).nonzero()
+        return f"{len(wrong)} entries differ, the first at index {tuple(wrong[0].tolist())}"
+    if got.isnan().any() and not expected.isnan().any():
+        where = tuple(got.isnan().nonzero()[0].tolist())
+        return f"it contains NaN (first at index {where}) where the expected output has none"
+    error = torch.where(got == expected, 0.0, (got - expected).abs()).nan_to_num(nan=float("inf"))
+    index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
+    return (f"largest difference {error.max().item():.3g} at index {index} "
+            f"(got {got[index].item():.4g}, expected {expected[index].item():.4g})")
+
+
+def _gradient_problem(got: dict, expected: dict) -> str | None:
+    for name, e in expected.items():
+        g = got.get(name)
+        if e is None:
+            continue
+        if g is None:
+            return (f"no gradient reaches `{name}`: the output is cut off from it. Avoid "
+                    f".detach(), .item(), .numpy(), torch.no_grad() and rebuilding tensors "
+                    f"from values (torch.tensor(...)).")
+        if not matches(g, e):
+            return f"the gradient with respect to `{name}` is wrong: {_difference(g, e)}"
+    return None
+
+
+# ---------------------------------------------------------------- diagnosis
+
+def diagnose(exercise: Exercise, case: Case, got: tuple,
+             expected: tuple) -> list[Mistake] | None:
+    """The catalogued mistake (or pair of mistakes) that explains ``got``, if any."""
+    for mistake in exercise.mistakes:
+        if mistake.sign is not None and _shows_sign(mistake, got, expected):
+            return [mistake]
+    if exercise.variant is None:
+        return None
+    variants = [m for m in exercise.mistakes if m.knobs]
+    singles = [[m] for m in variants]
+    pairs = [[a, b] for a, b in itertools.combinations(variants, 2)
+             if not a.knobs.keys() & b.knobs.keys()]
+    for combination in singles + pairs:
+        knobs = {k: v for m in combination for k, v in m.knobs.items()}
+        if _variant_matches(exercise, case, knobs, got):
+            return combination
+    return None
+
+
+def _shows_sign(mistake: Mistake, got: tuple, expected: tuple) -> bool:
+    try:
+        return len(got) == len(expected) and bool(mistake.sign(got, expected))
+    except Exception:  # a sign that does not apply to these outputs
+        return False
+
+
+def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple) -> bool:
+    try:
+        wrong = _as_tuple(exercise.variant(*_clone(case.args), **case.kwargs, **knobs))
+    except Exception:  # this variant cannot even run on this case
+        return False
+    return len(wrong) == len(got) and all(
+        isinstance(g, Tensor) and matches(g, _detach(w)) for g, w in zip(got, wrong, strict=True))
+
+
+def _explain(exercise: Exercise, case: Case, observation: Observation, expected: Observation,
+             problem: str) -> Verdict:
+    message = f"{exercise.name}: {problem}\n  tested: {_describe(exercise, case)}"
+    found = diagnose(exercise, case, observation.outputs, expected.outputs)
+    if not found:
+        return Verdict(False, message)
+    names = " + ".join(f'"{m.name}"' for m in found)
+    hints = "\n".join(f"  Hint: {m.hint}" for m in found)
+    return Verdict(False, f"{message}\n  This is a known mistake: {names}.\n{hints}",
+                   mistake=" + ".join(m.name for m in found))
+
+
+# ---------------------------------------------------------------- running a whole check
+
+def run_check(exercise: Exercise, student: Callable, cases: list[Case],
+              student_parameters: dict | None = None, reference: Callable | None = None,
+              reference_parameters: dict | None = None) -> None:
+    """Judge ``student`` on every case; print one line on success, raise AssertionError else."""
+    reference = reference or exercise.reference
+    for case in cases:
+        expected = observe(_trusted(exercise), reference, case, reference_parameters)
+        verdict = judge(exercise, case, observe(exercise, student, case, student_parameters),
+                        expected)
+        if not verdict.ok:
+            raise AssertionError(verdict.message)
+    print(f"ok: {exercise.name} passed {len(cases)} checks")
+
+
+def _trusted(exercise: Exercise) -> Exercise:
+    """The same exercise with no forbidden calls: the reference may call what it likes."""
+    return Exercise(exercise.name, exercise.reference, exercise.inputs, exercise.outputs)
+
+
+# ---------------------------------------------------------------- small helpers
+
+def _clone(args: tuple, grad: bool = False) -> tuple:
+    def copy(a):
+        if not isinstance(a, Tensor):
+            return a
+        a = a.detach().clone()
+        return a.requires_grad_() if grad and a.is_floating_point() else a
+    return tuple(copy(a) for a in args)
+
+
+def _as_tuple(result) -> tuple:
+    return tuple(result) if isinstance(result, tuple | list) else (result,)
+
+
+def _detach(x):
+    return x.detach() if isinstance(x, Tensor) else x
+
+
+def _describe(exercise: Exercise, case: Case) -> str:
+    named = list(zip(exercise.inputs, case.args, strict=False)) + list(case.kwargs.items())
+    arguments = ", ".join(f"{name}={_show(value)}" for name, value in named)
+    return f"{case.description}\n  called with: {arguments}"
+
+
+def _show(x) -> str:
+    if isinstance(x, Tensor):
+        dtype = str(x.dtype).removeprefix("torch.")
+        return f"<{dtype} {tuple(x.shape)}>" if x.numel() > 6 else f"tensor({x.tolist()})"
+    return repr(x)
+
+
+def randn(*shape: int, generator: torch.Generator, dtype=torch.float32) -> Tensor:
+    """Seeded standard-normal test input."""
+    return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype)
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,140 @@
+"""Checks for lesson 01_embeddings: one-hot embedding, sinusoidal positional encoding,
+token + position embedding."""
+
+import torch
+
+from .. import embeddings
+from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .shortcuts import forbid
+
+# ---------------------------------------------------------------- one-hot embedding
+
+ONE_HOT_EMBEDDING = Exercise(
+    name="one_hot_embedding",
+    reference=embeddings.one_hot_embedding,
+    inputs=("token_ids", "weight"),
+    outputs=(("embeddings", "(B, T, C): one row of weight per token"),),
+    forbidden=forbid([embeddings.one_hot_embedding], ["embedding"]),
+)
+
+
+def check_one_hot_embedding(fn, seed: int = 0) -> None:
+    """Check one_hot_embedding(token_ids, weight) -> (B, T, C). Lesson: 01_embeddings"""
+    g = seeded(seed)
+    ids = torch.randint(7, (2, 5), generator=g)
+    cases = [
+        Case("B, T = 2, 5 ids from a vocabulary of V = 7, width C = 4",
+             (ids, randn(7, 4, generator=g))),
+        Case("float64 weight, with gradients", (ids, randn(7, 4, generator=g,
+                                                            dtype=torch.float64)), grad=True),
+        Case("one sequence of ids (T,)", (torch.tensor([6, 0, 3]), randn(7, 4, generator=g))),
+        Case("a vocabulary id that does not occur, V = 9", (ids, randn(9, 3, generator=g))),
+    ]
+    run_check(ONE_HOT_EMBEDDING, fn, cases)
+
+
+# ---------------------------------------------------------------- sinusoidal positions
+
+def positional_variant(seq_len, d_model, *, swap=False, exponent="2i", layout="interleaved",
+                       start=0):
+    t = torch.arange(start, start + seq_len, dtype=torch.float64)[:, None]  # (T, 1)
+    j = torch.arange(d_model)  # (C,)
+    power = {"2i": j - j % 2, "i": j // 2, "j": j}[exponent] / d_model
+    angles = t / 10000.0 ** power  # (T, C)
+    first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+    if layout == "concatenated":
+        pair_angles = angles[:, 0::2]  # (T, C/2)
+        pe = torch.cat([first(pair_angles), second(pair_angles)], dim=-1)
+    else:
+        pe = torch.where(j % 2 == 0, first(angles), second(angles))
+    return pe.float()
+
+
+SINUSOIDAL_POSITIONAL_ENCODING = Exercise(
+    name="sinusoidal_positional_encoding",
+    reference=embeddings.sinusoidal_positional_encoding,
+    inputs=("seq_len", "d_model"),
+    outputs=(("pe", "(T, C): one row per position"),),
+    variant=positional_variant,
+    mistakes=(
+        Mistake("sin and cos swapped",
+                "Even dimensions 2i hold sin, odd dimensions 2i + 1 hold cos: PE[0] is "
+                "[0, 1, 0, 1, ...].", {"swap": True}),
+        Mistake("positional exponent uses i instead of 2i",
+                "Dimensions 2i and 2i + 1 share the frequency 1 / 10000^(2i / C): the exponent "
+                "is 2i / C, where i counts the pairs.", {"exponent": "i"}),
+        Mistake("positional exponent uses the dimension index, not its pair",
+                "The cosine in dimension 2i + 1 uses the same frequency as the sine in 2i: "
+                "round the dimension down to even, 2i / C.", {"exponent": "j"}),
+        Mistake("sin and cos concatenated instead of interleaved",
+                "This lesson interleaves them: sin in the even dimensions, cos in the odd ones "
+                "(pe[:, 0::2] and pe[:, 1::2]).", {"layout": "concatenated"}),
+        Mistake("positions counted from 1",
+                "The first position is t = 0, so PE[0] = [0, 1, 0, 1, ...].", {"start": 1}),
+    ),
+    forbidden=forbid([embeddings.sinusoidal_positional_encoding]),
+)
+
+
+def check_sinusoidal_positional_encoding(fn, seed: int = 0) -> None:
+    """Check sinusoidal_positional_encoding(seq_len, d_model) -> (T, C). Lesson: 01_embeddings"""
+    cases = [
+        Case("T = 6 positions, C = 8 dimensions", (6, 8)),
+        Case("T = 50 positions, C = 16", (50, 16)),
+        Case("C = 6, not a power of two", (9, 6)),
+        Case("a single position", (1, 4)),
+    ]
+    run_check(SINUSOIDAL_POSITIONAL_ENCODING, fn, cases)
+
+
+# ---------------------------------------------------------------- token + position
+
+def token_position_variant(token_ids, weight, pe, *, scale="sqrt", positions="position",
+                           scale_sum=False):
+    C, T = weight.shape[-1], token_ids.shape[-1]
+    factor = {"sqrt": C ** 0.5, "none": 1.0, "C": float(C)}[scale]
+    position = pe[token_ids] if positions == "token" else pe[:T]
+    tokens = weight[token_ids]
+    return (tokens + position) * factor if scale_sum else tokens * factor + position
+
+
+TOKEN_AND_POSITION_EMBEDDING = Exercise(
+    name="token_and_position_embedding",
+    reference=embeddings.token_and_position_embedding,
+    inputs=("token_ids", "weight", "pe"),
+    outputs=(("embeddings", "(B, T, C)"),),
+    variant=token_position_variant,
+    mistakes=(
+        Mistake("embedding not scaled by sqrt(d_model)",
+                "This lesson (like the original transformer) multiplies the token embedding by "
+                "sqrt(C) before adding the positions.", {"scale": "none"}),
+        Mistake("embedding scaled by d_model instead of sqrt(d_model)",
+                "The factor is sqrt(C), not C.", {"scale": "C"}),
+        Mistake("positional encoding indexed by token id",
+                "Positions are 0..T-1 along the sequence, whatever the tokens are: use the "
+                "first T rows of pe.", {"positions": "token"}),
+        Mistake("positional encoding scaled too",
+                "Only the token embedding is multiplied by sqrt(C); add pe afterwards.",
+                {"scale_sum": True}),
+    ),
+    forbidden=forbid([embeddings.token_and_position_embedding]),
+)
+
+
+def check_token_and_position_embedding(fn, seed: int = 0) -> None:
+    """Check token_and_position_embedding(token_ids, weight, pe) -> (B, T, C).
+
+    Lesson: 01_embeddings
+    """
+    g = seeded(seed)
+    ids = torch.randint(7, (2, 5), generator=g)
+    pe = embeddings.sinusoidal_positional_encoding(9, 4)
+    cases = [
+        Case("B, T = 2, 5 ids, V = 7, C = 4, pe for up to 9 positions",
+             (ids, randn(7, 4, generator=g), pe)),
+        Case("float64, with gradients",
+             (ids, randn(7, 4, generator=g, dtype=torch.float64), pe.double()), grad=True),
+        Case("sequences as long as pe (T = T_max = 9)",
+             (torch.randint(7, (3, 9), generator=g), randn(7, 4, generator=g), pe)),
+    ]
+    run_check(TOKEN_AND_POSITION_EMBEDDING, fn, cases)

@@ -1,0 +1,184 @@
+"""Checks for lesson 02_scaled_dot_product: softmax, attention scores, attention."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import attention
+from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .shortcuts import forbid
+
+SOFTMAX_BUILTINS = ("softmax", "_softmax", "log_softmax", "_log_softmax", "special_softmax")
+ATTENTION_BUILTINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                      "_native_multi_head_attention")
+NO_BUILT_IN_ATTENTION = (nn.MultiheadAttention.forward, F.multi_head_attention_forward)
+
+
+# ---------------------------------------------------------------- softmax
+
+def softmax_variant(x, dim=-1, *, stable=True, normalise_over="dim"):
+    axis = {"all": None, "last": -1, "dim": dim}[normalise_over]
+    keep = {} if axis is None else {"dim": axis, "keepdim": True}
+    exps = (x - x.amax(**keep) if stable else x).exp()
+    return exps / exps.sum(**keep)
+
+
+SOFTMAX = Exercise(
+    name="softmax",
+    reference=attention.softmax,
+    inputs=("x",),
+    outputs=(("output", "(same shape as x)"),),
+    variant=softmax_variant,
+    mistakes=(
+        Mistake("no max-subtraction (exp overflows on large logits)",
+                "exp(1000) is inf in floating point. Subtract the maximum along `dim` "
+                "(keepdim=True) before exp(): the result is mathematically the same.",
+                {"stable": False}),
+        Mistake("sum over the whole tensor instead of along dim",
+                "Each slice along `dim` must sum to 1: pass dim= and keepdim=True to sum().",
+                {"normalise_over": "all"}),
+        Mistake("ignores the dim argument (always the last axis)",
+                "Use the `dim` argument in max() and sum() instead of -1.",
+                {"normalise_over": "last"}),
+    ),
+    forbidden=forbid([attention.softmax], SOFTMAX_BUILTINS),
+)
+
+
+def check_softmax(fn, seed: int = 0) -> None:
+    """Check a softmax(x, dim=-1) implementation. Lesson: 02_scaled_dot_product"""
+    g = seeded(seed)
+    with_minus_inf = randn(4, 6, generator=g)
+    with_minus_inf[:, ::2] = float("-inf")
+    cases = [
+        Case("a (3, 5) matrix, softmax over the last axis", (randn(3, 5, generator=g),)),
+        Case("a (2, 4, 6) tensor, softmax over dim=1", (randn(2, 4, 6, generator=g),),
+             {"dim": 1}),
+        Case("a (4, 7) matrix, softmax over dim=0", (randn(4, 7, generator=g),), {"dim": 0}),
+        Case("float64, with gradients", (randn(3, 5, generator=g, dtype=torch.float64),),
+             grad=True),
+        Case("large logits (about 1000): exp() overflows unless you subtract the max",
+             (1000 * randn(3, 5, generator=g),)),
+        Case("some entries are -inf (masked): they get probability 0", (with_minus_inf,)),
+    ]
+    run_check(SOFTMAX, fn, cases)
+
+
+# ---------------------------------------------------------------- attention scores
+
+def scores_variant(query, key, scale=None, *, scale_rule="sqrt", honour_scale=True,
+                   transpose=False):
+    D = query.shape[-1]
+    default = {"sqrt": D ** -0.5, "none": 1.0, "d": 1.0 / D, "times_sqrt": D ** 0.5}[scale_rule]
+    factor = default if scale is None or not honour_scale else scale
+    scores = key @ query.transpose(-2, -1) if transpose else query @ key.transpose(-2, -1)
+    return scores * factor
+
+
+SCALE_MISTAKES = (
+    Mistake("missing 1/sqrt(D)",
+            "Scale the dot products by 1/sqrt(D), D = query.shape[-1], so their variance "
+            "stays near 1 and the softmax does not saturate.", {"scale_rule": "none"}),
+    Mistake("1/D instead of 1/sqrt(D)",
+            "The dot product of two random D-dim vectors has standard deviation sqrt(D): "
+            "divide by sqrt(D), not D.", {"scale_rule": "d"}),
+    Mistake("multiplied by sqrt(D) instead of dividing",
+            "The scale is 1/sqrt(D): divide by sqrt(D).", {"scale_rule": "times_sqrt"}),
+)
+
+ATTENTION_SCORES = Exercise(
+    name="attention_scores",
+    reference=attention.attention_scores,
+    inputs=("query", "key"),
+    outputs=(("scores", "(B, H, T, S): one row per query, one column per key"),),
+    variant=scores_variant,
+    mistakes=SCALE_MISTAKES + (
+        Mistake("ignores the scale argument",
+                "Use `scale` when it is given; fall back to 1/sqrt(D) only when it is None.",
+                {"honour_scale": False}),
+        Mistake("scores transposed (keys x queries)",
+                "Compute query @ key^T, so row t holds query t against every key: "
+                "(B,H,T,D) @ (B,H,D,S) -> (B,H,T,S).", {"transpose": True}),
+    ),
+    forbidden=forbid([attention.attention_scores]),
+)
+
+
+def attention_inputs(g, *shape, dtype=torch.float32, dv=None):
+    """Query (..., T, D), key (..., S, D) and, if ``dv``, value (..., S, dv) from sizes."""
+    *batch, T, S, D = shape
+    tensors = (randn(*batch, T, D, generator=g, dtype=dtype),
+               randn(*batch, S, D, generator=g, dtype=dtype))
+    return tensors + ((randn(*batch, S, dv, generator=g, dtype=dtype),) if dv else ())
+
+
+DISTINCT = "distinct sizes B, H, T, S, D = 2, 3, 5, 7, 4"
+
+
+def check_attention_scores(fn, seed: int = 0) -> None:
+    """Check attention_scores(query, key, scale=None). Lesson: 02_scaled_dot_product"""
+    g = seeded(seed)
+    cases = [
+        Case(DISTINCT, attention_inputs(g, 2, 3, 5, 7, 4)),
+        Case("float64, with gradients", attention_inputs(g, 2, 3, 5, 7, 4, dtype=torch.float64),
+             grad=True),
+        Case("an explicit scale=0.3", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": 0.3}),
+        Case("one sequence without batch dims, (T, D) and (S, D)", attention_inputs(g, 5, 7, 4)),
+        Case("extra batch dims (2, 2, 3, T, D)", attention_inputs(g, 2, 2, 3, 5, 7, 4)),
+    ]
+    run_check(ATTENTION_SCORES, fn, cases)
+
+
+# ---------------------------------------------------------------- scaled dot-product attention
+
+def attention_variant(query, key, value, scale=None, *, scale_rule="sqrt", softmax_dim=-1,
+                      mix="weights"):
+    scores = scores_variant(query, key, scale, scale_rule=scale_rule)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    return (weights if mix == "weights" else scores) @ value, weights
+
+
+SOFTMAX_OVER_QUERIES = Mistake(
+    "softmax over the query axis",
+    "Each query's weights must sum to 1 over the keys: softmax along the last axis (dim=-1).",
+    {"softmax_dim": -2})
+SCORES_TIMES_VALUES = Mistake(
+    "scores multiplied by V instead of the weights",
+    "Multiply the softmax weights (rows summing to 1), not the raw scores, by the values.",
+    {"mix": "scores"})
+
+
+def _unmasked_attention(query, key, value, scale=None):
+    return attention.scaled_dot_product_attention(query, key, value, scale=scale)
+
+
+ATTENTION_OUTPUTS = (("out", "(B, H, T, Dv)"), ("weights", "(B, H, T, S)"))
+
+SCALED_DOT_PRODUCT_ATTENTION = Exercise(
+    name="scaled_dot_product_attention",
+    reference=_unmasked_attention,
+    inputs=("query", "key", "value"),
+    outputs=ATTENTION_OUTPUTS,
+    variant=attention_variant,
+    mistakes=SCALE_MISTAKES + (SOFTMAX_OVER_QUERIES, SCORES_TIMES_VALUES),
+    forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
+                     ATTENTION_BUILTINS),
+)
+
+
+def check_scaled_dot_product_attention(fn, seed: int = 0) -> None:
+    """Check scaled_dot_product_attention(query, key, value, scale=None) -> (out, weights).
+
+    Lesson: 02_scaled_dot_product
+    """
+    g = seeded(seed)
+    cases = [
+        Case(f"{DISTINCT}, Dv = 6", attention_inputs(g, 2, 3, 5, 7, 4, dv=6)),
+        Case("float64, with gradients", attention_inputs(g, 2, 3, 5, 7, 4, dv=6,
+                                                         dtype=torch.float64), grad=True),
+        Case("self-attention sizes, T = S = 6", attention_inputs(g, 2, 3, 6, 6, 4, dv=4)),
+        Case("an explicit scale=0.3", attention_inputs(g, 2, 3, 5, 7, 4, dv=6), {"scale": 0.3}),
+        Case("one sequence without batch dims", attention_inputs(g, 5, 7, 4, dv=6)),
+        Case("extra batch dims (2, 2, 3, T, D)", attention_inputs(g, 2, 2, 3, 5, 7, 4, dv=6)),
+    ]
+    run_check(SCALED_DOT_PRODUCT_ATTENTION, fn, cases)

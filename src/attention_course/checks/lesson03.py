@@ -1,0 +1,306 @@
+"""Checks for lesson 03_masking: causal and padding masks, applying masks, masked attention,
+converting to nn.MultiheadAttention's convention."""
+
+import torch
+
+from .. import attention, masks
+from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .lesson02 import (
+    ATTENTION_BUILTINS,
+    ATTENTION_OUTPUTS,
+    NO_BUILT_IN_ATTENTION,
+    SOFTMAX_OVER_QUERIES,
+    attention_inputs,
+)
+from .shortcuts import forbid
+
+FILLS = {"-inf": float("-inf"), "zero": 0.0}
+
+INVERTED = Mistake(
+    "mask polarity inverted",
+    "In this course (and in F.scaled_dot_product_attention) True means 'may attend'. "
+    "nn.MultiheadAttention uses the opposite convention (True = ignore).", {"inverted": True})
+FILLED_WITH_ZERO = Mistake(
+    "masked positions filled with 0 instead of -inf",
+    "A score of 0 still gets weight exp(0) > 0 after the softmax. Fill hidden positions with "
+    "float('-inf') so they get exactly 0.", {"fill": "zero"})
+LARGE_NEGATIVE = "masked positions filled with a large negative number instead of -inf"
+LARGE_NEGATIVE_HINT = ("-1e9 looks the same after the softmax, until a query has no allowed "
+                       "key: its row then gets weights instead of staying empty. Use "
+                       "float('-inf').")
+
+
+def _large_negative_scores(got, expected) -> bool:
+    """Finite, very negative scores exactly where -inf was expected; equal elsewhere."""
+    (got,), (expected,) = got, expected
+    hidden = expected.isneginf()
+    return bool(hidden.any() and (got[hidden] < -100).all() and got[hidden].isfinite().all()
+                and torch.allclose(got[~hidden], expected[~hidden]))
+
+
+def _empty_rows_filled(got, expected) -> bool:
+    """Rows of weights that should be all 0 sum to 1 instead; all other rows are right."""
+    weights, expected_weights = got[1], expected[1]
+    empty = (expected_weights == 0).all(dim=-1)  # (B, H, T)
+    return bool(empty.any() and torch.allclose(weights[empty].sum(-1), torch.ones(1).to(weights))
+                and torch.allclose(weights[~empty], expected_weights[~empty]))
+
+
+# ---------------------------------------------------------------- causal mask
+
+def causal_variant(T, S=None, device=None, *, diagonal=0, transposed=False, inverted=False,
+                   bottom_right=False):
+    S = T if S is None else S
+    ones = torch.ones(T, S, dtype=torch.bool, device=device)
+    offset = diagonal + (S - T if bottom_right else 0)
+    mask = ones.triu(-offset) if transposed else ones.tril(offset)
+    return ~mask if inverted else mask
+
+
+CAUSAL_TRANSPOSED = Mistake(
+    "causal mask transposed (the future is visible)",
+    "Query t (row t) may attend to keys s <= t (columns 0..t): a lower-triangular mask, "
+    "not an upper one.", {"transposed": True})
+
+CAUSAL_MASK = Exercise(
+    name="causal_mask",
+    reference=masks.causal_mask,
+    inputs=("T", "S"),
+    outputs=(("mask", "(T, S) bool"),),
+    variant=causal_variant,
+    mistakes=(
+        CAUSAL_TRANSPOSED,
+        Mistake("causal mask excludes the diagonal (a token cannot see itself)",
+                "Position t may attend to itself: keep the diagonal.", {"diagonal": -1}),
+        Mistake("causal mask off by one (each token sees the next one)",
+                "Keys after t are the future: only s <= t is allowed.", {"diagonal": 1}),
+        INVERTED,
+        Mistake("causal mask aligned at the bottom-right corner",
+                "For T != S we follow is_causal=True of F.scaled_dot_product_attention: "
+                "query t sees keys 0..t (top-left aligned), whatever S is.",
+                {"bottom_right": True}),
+    ),
+    forbidden=forbid([masks.causal_mask]),
+)
+
+
+def check_causal_mask(fn, seed: int = 0) -> None:
+    """Check causal_mask(T, S=None, device=None) -> (T, S) bool. Lesson: 03_masking"""
+    cases = [
+        Case("T = 5 queries, S defaults to T", (5,)),
+        Case("more keys than queries, T = 4, S = 6", (4, 6)),
+        Case("more queries than keys, T = 6, S = 4", (6, 4)),
+        Case("a single position", (1,)),
+        Case("device given", (3,), {"device": "cpu"}),
+    ]
+    run_check(CAUSAL_MASK, fn, cases)
+
+
+# ---------------------------------------------------------------- padding mask
+
+def padding_variant(lengths, S, *, inverted=False, axis="key", inclusive=False):
+    positions = torch.arange(S)  # (S,)
+    keep = positions <= lengths[:, None] if inclusive else positions < lengths[:, None]
+    keep = ~keep if inverted else keep  # (B, S)
+    return keep[:, None, None, :] if axis == "key" else keep[:, None, :, None]
+
+
+PADDING_MASK = Exercise(
+    name="padding_mask",
+    reference=masks.padding_mask,
+    inputs=("lengths", "S"),
+    outputs=(("mask", "(B, 1, 1, S) bool: one row of keys per sequence"),),
+    variant=padding_variant,
+    mistakes=(
+        INVERTED,
+        Mistake("padding mask on the query axis",
+                "Padding hides keys (columns), so every query ignores them: shape (B, 1, 1, S), "
+                "not (B, 1, S, 1).", {"axis": "query"}),
+        Mistake("padding mask off by one (the first pad token is visible)",
+                "A sequence of length L has real tokens at positions 0..L-1: keep s < L.",
+                {"inclusive": True}),
+    ),
+    forbidden=forbid([masks.padding_mask]),
+)
+
+
+def check_padding_mask(fn, seed: int = 0) -> None:
+    """Check padding_mask(lengths, S) -> (B, 1, 1, S) bool. Lesson: 03_masking"""
+    cases = [
+        Case("three sequences of lengths 3, 5, 1 padded to S = 6", (torch.tensor([3, 5, 1]), 6)),
+        Case("a full-length and an empty sequence", (torch.tensor([4, 0]), 4)),
+        Case("one sequence", (torch.tensor([2]), 3)),
+    ]
+    run_check(PADDING_MASK, fn, cases)
+
+
+# ---------------------------------------------------------------- applying a mask
+
+def apply_variant(scores, attn_mask, *, inverted=False, fill="-inf", float_mask="add"):
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype != torch.bool:
+        return scores if float_mask == "ignore" else scores + attn_mask
+    hidden = attn_mask if inverted else ~attn_mask
+    if fill == "multiply":
+        return scores * ~hidden
+    return scores.masked_fill(hidden, FILLS[fill])
+
+
+APPLY_MASK = Exercise(
+    name="apply_mask",
+    reference=masks.apply_mask,
+    inputs=("scores", "attn_mask"),
+    outputs=(("masked scores", "(B, H, T, S), like scores"),),
+    variant=apply_variant,
+    mistakes=(
+        INVERTED, FILLED_WITH_ZERO,
+        Mistake(LARGE_NEGATIVE, LARGE_NEGATIVE_HINT, sign=_large_negative_scores),
+        Mistake("scores multiplied by the mask",
+                "Multiplying by 0 gives a score of 0, which the softmax still weights. Fill "
+                "hidden positions with float('-inf') instead.", {"fill": "multiply"}),
+        Mistake("float mask ignored",
+                "A float mask is added to the scores (0 keeps a position, -inf hides it).",
+                {"float_mask": "ignore"}),
+    ),
+    forbidden=forbid([masks.apply_mask]),
+)
+
+
+def check_apply_mask(fn, seed: int = 0) -> None:
+    """Check apply_mask(scores, attn_mask) -> masked scores. Lesson: 03_masking"""
+    g = seeded(seed)
+    scores = randn(2, 3, 5, 7, generator=g)
+    padding = masks.padding_mask(torch.tensor([7, 4]), 7)
+    additive = randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1, float("-inf"))
+    cases = [
+        Case("a (T, S) = (5, 7) causal bool mask on (B, H, T, S) = (2, 3, 5, 7) scores",
+             (scores, masks.causal_mask(5, 7))),
+        Case("a (B, 1, 1, S) padding mask, lengths 7 and 4", (scores, padding)),
+        Case("a float mask with some -inf entries, added to the scores", (scores, additive)),
+        Case("float64 scores, with gradients",
+             (scores.double(), masks.causal_mask(5, 7)), grad=True),
+        Case("no mask (None): scores unchanged", (scores, None)),
+    ]
+    run_check(APPLY_MASK, fn, cases)
+
+
+# ---------------------------------------------------------------- masked attention
+
+def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False, scale=None, *,
+                             inverted=False, fill="-inf", after_softmax=False,
+                             empty_rows="zero", causal="lower", softmax_dim=-1):
+    scores = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    T, S = scores.shape[-2:]
+    causal_mask = causal_variant(T, S, transposed=causal == "transposed")
+    if is_causal and causal != "ignored":
+        attn_mask = masks.combine_masks(causal_mask, attn_mask)
+    if after_softmax:
+        weights = torch.softmax(scores, dim=softmax_dim)
+        hidden = masks.to_additive_mask(attn_mask, scores.dtype).isneginf() if attn_mask \
+            is not None else torch.zeros_like(weights, dtype=torch.bool)
+        weights = weights.masked_fill(hidden, 0.0)
+        return weights @ value, weights
+    scores = apply_variant(scores, attn_mask, inverted=inverted, fill=fill)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if empty_rows == "zero":
+        weights = weights.nan_to_num(0.0)
+    return weights @ value, weights
+
+
+def _masked_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    return attention.scaled_dot_product_attention(query, key, value, attn_mask,
+                                                  is_causal=is_causal, scale=scale)
+
+
+MASKED_ATTENTION = Exercise(
+    name="masked_attention",
+    reference=_masked_attention,
+    inputs=("query", "key", "value"),
+    outputs=ATTENTION_OUTPUTS,
+    variant=masked_attention_variant,
+    mistakes=(
+        INVERTED, FILLED_WITH_ZERO,
+        Mistake(LARGE_NEGATIVE, LARGE_NEGATIVE_HINT, sign=_empty_rows_filled),
+        Mistake("mask applied after the softmax",
+                "Zeroing weights after the softmax leaves rows that no longer sum to 1. Mask "
+                "the scores (with -inf) before the softmax.", {"after_softmax": True}),
+        Mistake("fully masked rows give NaN",
+                "A query with no allowed key has a row of -inf scores, and softmax gives NaN "
+                "there. Set such rows' weights to 0 (as F.scaled_dot_product_attention does).",
+                {"empty_rows": "nan"}),
+        Mistake("is_causal ignored",
+                "When is_causal=True, also hide the future (combined with attn_mask if both "
+                "are given).", {"causal": "ignored"}),
+        Mistake(CAUSAL_TRANSPOSED.name, CAUSAL_TRANSPOSED.hint, {"causal": "transposed"}),
+        SOFTMAX_OVER_QUERIES,
+    ),
+    forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
+                     ATTENTION_BUILTINS),
+)
+
+
+def check_masked_attention(fn, seed: int = 0) -> None:
+    """Check masked_attention(query, key, value, attn_mask=None, is_causal=False, scale=None).
+
+    Lesson: 03_masking
+    """
+    g = seeded(seed)
+    qkv = attention_inputs(g, 2, 3, 5, 7, 4, dv=6)
+    self_qkv = attention_inputs(g, 2, 3, 6, 6, 4, dv=4)
+    with_empty_row = masks.causal_mask(5, 7).clone()
+    with_empty_row[2] = False
+    additive = randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1, float("-inf"))
+    additive[:, 0] = 0.0
+    cases = [
+        Case("no mask, B, H, T, S, D, Dv = 2, 3, 5, 7, 4, 6", qkv),
+        Case("a (B, 1, 1, S) padding mask, lengths 7 and 4",
+             qkv + (masks.padding_mask(torch.tensor([7, 4]), 7),)),
+        Case("is_causal=True for self-attention, T = S = 6", self_qkv, {"is_causal": True}),
+        Case("is_causal=True with T = 5 queries and S = 7 keys", qkv, {"is_causal": True}),
+        Case("a mask whose query 2 may attend to nothing, float64, with gradients",
+             tuple(x.double() for x in qkv) + (with_empty_row,), grad=True),
+        Case("a float mask with some -inf entries", qkv + (additive,)),
+        Case("is_causal=True together with a padding mask (both apply)",
+             self_qkv + (masks.padding_mask(torch.tensor([6, 3]), 6),), {"is_causal": True}),
+    ]
+    run_check(MASKED_ATTENTION, fn, cases)
+
+
+# ---------------------------------------------------------------- nn.MultiheadAttention masks
+
+def mha_mask_variant(attn_mask, *, flip_bool=True):
+    if attn_mask.dtype == torch.bool and flip_bool:
+        return ~attn_mask
+    return attn_mask
+
+
+TO_MHA_MASK = Exercise(
+    name="to_mha_mask",
+    reference=masks.to_mha_mask,
+    inputs=("attn_mask",),
+    outputs=(("mask", "(same shape as attn_mask)"),),
+    variant=mha_mask_variant,
+    mistakes=(
+        Mistake("bool mask not inverted for nn.MultiheadAttention",
+                "nn.MultiheadAttention reads True as 'ignore this key': flip a bool mask "
+                "with ~mask (logical not).", {"flip_bool": False}),
+    ),
+    forbidden=forbid([masks.to_mha_mask]),
+)
+
+
+def check_to_mha_mask(fn, seed: int = 0) -> None:
+    """Check to_mha_mask(attn_mask): our bool convention -> nn.MultiheadAttention's.
+
+    Lesson: 03_masking
+    """
+    g = seeded(seed)
+    cases = [
+        Case("a (5, 7) causal bool mask", (masks.causal_mask(5, 7),)),
+        Case("a (B, 1, 1, S) padding mask", (masks.padding_mask(torch.tensor([3, 1]), 4),)),
+        Case("a float mask (means the same in both conventions)",
+             (randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1,
+                                                   float("-inf")),)),
+    ]
+    run_check(TO_MHA_MASK, fn, cases)

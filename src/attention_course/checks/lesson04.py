@@ -1,0 +1,182 @@
+"""Checks for lesson 04_multi_head: splitting and merging heads, MultiHeadAttention.forward."""
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import attention, masks, multihead
+from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .shortcuts import forbid
+
+# ---------------------------------------------------------------- split and merge heads
+
+def split_variant(x, n_heads, *, method="transpose"):
+    *batch, T, C = x.shape
+    D = C // n_heads
+    if method == "view":
+        return x.reshape(*batch, n_heads, T, D)
+    if method == "head_dim_first":
+        return x.unflatten(-1, (D, n_heads)).movedim(-1, -3)  # (B,T,D,H) -> (B,H,T,D)
+    return x.unflatten(-1, (n_heads, D)).transpose(-3, -2)
+
+
+def merge_variant(x, *, method="transpose"):
+    *batch, H, T, D = x.shape
+    if method == "reshape":
+        return x.reshape(*batch, T, H * D)
+    return x.transpose(-3, -2).flatten(-2)
+
+
+SPLIT_WITHOUT_TRANSPOSE = Mistake(
+    "heads split with view and no transpose",
+    "view(B, H, T, D) on a (B, T, C) tensor mixes tokens across heads. Reshape to "
+    "(B, T, H, D) first, then swap the T and H axes.", {"split": "view"})
+MERGE_WITHOUT_TRANSPOSE = Mistake(
+    "heads merged without the inverse transpose",
+    "Reshaping (B, H, T, D) straight to (B, T, C) mixes tokens. Swap H and T back first "
+    "(B, T, H, D), then flatten the last two axes.", {"merge": "reshape"})
+
+SPLIT_HEADS = Exercise(
+    name="split_heads",
+    reference=multihead.split_heads,
+    inputs=("x", "n_heads"),
+    outputs=(("heads", "(B, H, T, D) with D = C / H"),),
+    variant=lambda x, n_heads, split="transpose": split_variant(x, n_heads, method=split),
+    mistakes=(
+        SPLIT_WITHOUT_TRANSPOSE,
+        Mistake("head dim and head count swapped in the split",
+                "Head h owns the contiguous slice C[h*D:(h+1)*D]: reshape the last axis to "
+                "(H, D), not (D, H).", {"split": "head_dim_first"}),
+    ),
+    forbidden=forbid([multihead.split_heads]),
+)
+
+MERGE_HEADS = Exercise(
+    name="merge_heads",
+    reference=multihead.merge_heads,
+    inputs=("x",),
+    outputs=(("merged", "(B, T, C) with C = H * D"),),
+    variant=lambda x, merge="transpose": merge_variant(x, method=merge),
+    mistakes=(MERGE_WITHOUT_TRANSPOSE,),
+    forbidden=forbid([multihead.merge_heads]),
+)
+
+
+def check_split_heads(fn, seed: int = 0) -> None:
+    """Check split_heads(x, n_heads): (B, T, C) -> (B, H, T, D). Lesson: 04_multi_head"""
+    g = seeded(seed)
+    cases = [
+        Case("B, T, C = 2, 5, 12 into H = 3 heads of D = 4", (randn(2, 5, 12, generator=g), 3)),
+        Case("the same width into H = 4 heads of D = 3", (randn(2, 5, 12, generator=g), 4)),
+        Case("float64, with gradients", (randn(2, 5, 12, generator=g, dtype=torch.float64), 3),
+             grad=True),
+        Case("one head (H = 1)", (randn(2, 5, 6, generator=g), 1)),
+    ]
+    run_check(SPLIT_HEADS, fn, cases)
+
+
+def check_merge_heads(fn, seed: int = 0) -> None:
+    """Check merge_heads(x): (B, H, T, D) -> (B, T, H * D). Lesson: 04_multi_head"""
+    g = seeded(seed)
+    cases = [
+        Case("B, H, T, D = 2, 3, 5, 4", (randn(2, 3, 5, 4, generator=g),)),
+        Case("B, H, T, D = 2, 4, 5, 3", (randn(2, 4, 5, 3, generator=g),)),
+        Case("float64, with gradients", (randn(2, 3, 5, 4, generator=g, dtype=torch.float64),),
+             grad=True),
+    ]
+    run_check(MERGE_HEADS, fn, cases)
+
+
+# ---------------------------------------------------------------- MultiHeadAttention.forward
+
+def mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
+                split="transpose", merge="transpose", scale="d_head", project_output=True,
+                swap_kv=False, causal=True):
+    H, C = module.n_heads, module.d_model
+    k_proj, v_proj = (module.v_proj, module.k_proj) if swap_kv else (module.k_proj, module.v_proj)
+    q = split_variant(module.q_proj(query), H, method=split)  # (B, T, C) -> (B, H, T, D)
+    k = split_variant(k_proj(key), H, method=split)
+    v = split_variant(v_proj(value), H, method=split)
+    factor = (C // H) ** -0.5 if scale == "d_head" else C ** -0.5
+    out, weights = attention.scaled_dot_product_attention(
+        q, k, v, attn_mask, is_causal=is_causal and causal, scale=factor)
+    out = merge_variant(out, method=merge)  # (B, H, T, D) -> (B, T, C)
+    return (module.out_proj(out) if project_output else out), weights
+
+
+MHA_MISTAKES = (
+    SPLIT_WITHOUT_TRANSPOSE,
+    MERGE_WITHOUT_TRANSPOSE,
+    Mistake("d_model instead of d_head in the scale",
+            "Each head computes dot products of D = C / H dimensions: scale by 1/sqrt(D), which "
+            "the attention function does by default from the last axis of q.",
+            {"scale": "d_model"}),
+    Mistake("missing output projection",
+            "After merging the heads, apply self.out_proj: it mixes what the heads found.",
+            {"project_output": False}),
+    Mistake("key and value projections swapped",
+            "Keys come from self.k_proj(key) and values from self.v_proj(value).",
+            {"swap_kv": True}),
+    Mistake("is_causal not passed on",
+            "Pass is_causal (and attn_mask) on to the attention function.", {"causal": False}),
+)
+
+
+def _forbidden_mha():
+    return forbid([multihead.MultiHeadAttention.forward, nn.MultiheadAttention.forward,
+                   F.multi_head_attention_forward], ["_native_multi_head_attention"])
+
+
+def check_multi_head_attention(cls, seed: int = 0) -> None:
+    """Check a MultiHeadAttention class (given constructor, student's forward).
+
+    The student's module gets the reference's weights, then both run on the same inputs.
+    Lesson: 04_multi_head
+    """
+    torch.manual_seed(seed)
+    reference = multihead.MultiHeadAttention(12, 3).eval()
+    student = _student_module(cls, reference)
+    by_dtype = {torch.float32: (student, reference),
+                torch.float64: (copy.deepcopy(student).double(), copy.deepcopy(reference).double())}
+    exercise = Exercise(
+        name="MultiHeadAttention.forward",
+        reference=lambda q, k, v, **kw: by_dtype[q.dtype][1](q, k, v, **kw),
+        inputs=("query", "key", "value"),
+        outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, S)")),
+        variant=lambda q, k, v, **kw: mha_variant(by_dtype[q.dtype][1], q, k, v, **kw),
+        mistakes=MHA_MISTAKES,
+        forbidden=_forbidden_mha(),
+    )
+    student64, reference64 = by_dtype[torch.float64]
+    run_check(exercise, lambda q, k, v, **kw: by_dtype[q.dtype][0](q, k, v, **kw),
+              _mha_cases(seed), student_parameters=dict(student64.named_parameters()),
+              reference_parameters=dict(reference64.named_parameters()))
+
+
+def _student_module(cls, reference: nn.Module) -> nn.Module:
+    try:
+        student = cls(reference.d_model, reference.n_heads)
+        student.load_state_dict(reference.state_dict())
+    except Exception as err:
+        raise AssertionError(
+            f"MultiHeadAttention: could not build your module and load the reference weights "
+            f"({type(err).__name__}: {err}). Keep the constructor as given: it defines "
+            f"q_proj, k_proj, v_proj and out_proj.") from None
+    return student.eval()
+
+
+def _mha_cases(seed: int) -> list[Case]:
+    g = seeded(seed)
+    x = randn(2, 5, 12, generator=g)
+    memory = randn(2, 7, 12, generator=g)
+    return [
+        Case("self-attention, B, T, C = 2, 5, 12 with H = 3 heads", (x, x, x)),
+        Case("cross-attention: T = 5 queries, S = 7 keys and values", (x, memory, memory)),
+        Case("causal self-attention", (x, x, x), {"is_causal": True}),
+        Case("a (B, 1, 1, S) padding mask, lengths 7 and 4", (x, memory, memory),
+             {"attn_mask": masks.padding_mask(torch.tensor([7, 4]), 7)}),
+        Case("float64, with gradients for the inputs and every parameter",
+             (x.double(), memory.double(), memory.double()), grad=True),
+    ]

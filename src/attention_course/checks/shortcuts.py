@@ -1,0 +1,64 @@
+"""Catching shortcuts: a student's function must not call what it is meant to re-implement."""
+
+import sys
+import types
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """What an exercise may not call: Python functions (by code object) and torch built-ins
+    (by name, e.g. ``softmax`` catches ``torch.softmax``, ``F.softmax`` and ``x.softmax``)."""
+
+    functions: tuple[Callable, ...] = ()
+    builtin_names: frozenset[str] = frozenset()
+
+
+def _is_torch_builtin(fn) -> bool:
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.Tensor):
+        return True
+    module = getattr(fn, "__module__", None) or getattr(owner, "__name__", None) or ""
+    return isinstance(module, str) and module.startswith("torch")
+
+
+def _code_of(fn) -> types.CodeType | None:
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__code__", None)
+
+
+@contextmanager
+def watch_calls(forbidden: Forbidden, called: list[str]):
+    """Record in ``called`` every forbidden function called inside the ``with`` block."""
+    codes = {code: _qualname(fn) for fn in forbidden.functions if (code := _code_of(fn))}
+    if not codes and not forbidden.builtin_names:
+        yield called
+        return
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            called.append(codes[frame.f_code])
+        elif (event == "c_call" and getattr(arg, "__name__", None) in forbidden.builtin_names
+              and _is_torch_builtin(arg)):
+            called.append(f"torch's built-in {arg.__name__}")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield called
+    finally:
+        sys.setprofile(previous)
+
+
+def _qualname(fn) -> str:
+    fn = getattr(fn, "__func__", fn)
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def forbid(functions: Iterable[Callable] = (), builtins: Iterable[str] = ()) -> Forbidden:
+    """What an exercise may not call."""
+    return Forbidden(tuple(functions), frozenset(builtins))
