@@ -30,8 +30,11 @@ working-copy:
 			echo "new in $(WORK)/: $${file#./}"; fi; \
 	done; fi
 
+# Jupyter refuses to run as root unless told; containers and cloud machines often are root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: install working-copy
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
 
 test: install
 	$(BIN)/python -m pytest
