@@ -10,7 +10,7 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: install lab working-copy test lint clean
+.PHONY: install lab working-copy release test lint clean
 
 install: $(INSTALLED)
 
@@ -36,11 +36,15 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: install working-copy
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
 
+# Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
+release: install
+	$(BIN)/python grader/release.py
+
 test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests grader docs
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -34,3 +34,13 @@ def loop_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | Non
             for j in range(Dv):
                 out[b, t, j] += exps[s] / total * v[b][s][j]
     return out, weights
+
+
+TOLERANCE = {torch.float32: {"atol": 1e-5, "rtol": 1e-5},
+             torch.float64: {"atol": 1e-10, "rtol": 1e-10}}
+
+
+def assert_close(actual: Tensor, expected: Tensor, **kwargs) -> None:
+    """``torch.testing.assert_close`` with the suite's tolerance for the dtype of ``expected``."""
+    tolerance = TOLERANCE[expected.dtype] | kwargs
+    torch.testing.assert_close(actual, expected, equal_nan=True, **tolerance)

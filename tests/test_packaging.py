@@ -8,11 +8,11 @@ import signal
 import socket
 import subprocess
 import time
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_MODULES = {

@@ -1,0 +1,90 @@
+"""Generate the student notebooks in notebooks/ from the solution notebooks in solutions/.
+
+For every lesson this runs `nbgrader generate_assignment` (which strips the solutions and hidden
+tests), then stamps the released notebook's "Open in Colab" badge and Colab setup cell with the
+repository configured under [tool.attention-course] in pyproject.toml.
+
+Usage: python grader/release.py [--out DIR] [--db URL] [LESSON ...]
+"""
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "grader" / "nbgrader_config.py"
+PLACEHOLDERS = ("{{COLAB_URL}}", "{{REPOSITORY}}", "{{BRANCH}}")
+
+
+def lessons() -> list[str]:
+    """Every lesson with a source notebook solutions/<lesson>/<lesson>.ipynb."""
+    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb")
+                  if p.stem == p.parent.name)
+
+
+def course_settings() -> dict[str, str]:
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["attention-course"]
+    return {"repository": settings["repository"].rstrip("/"), "branch": settings["branch"]}
+
+
+def colab_url(lesson: str, settings: dict[str, str]) -> str:
+    """The Colab address that opens notebooks/<lesson>/<lesson>.ipynb from the repository."""
+    owner_and_name = settings["repository"].removeprefix("https://github.com/")
+    return (f"https://colab.research.google.com/github/{owner_and_name}/blob/"
+            f"{settings['branch']}/notebooks/{lesson}/{lesson}.ipynb")
+
+
+def stamp(text: str, lesson: str, settings: dict[str, str]) -> str:
+    """Fill the badge and setup-cell placeholders of one notebook's JSON text."""
+    values = (colab_url(lesson, settings), settings["repository"], settings["branch"])
+    for placeholder, value in zip(PLACEHOLDERS, values, strict=True):
+        text = text.replace(placeholder, value)
+    return text
+
+
+def generate(lesson: str, out: Path, db_url: str | None) -> None:
+    command = [sys.executable, "-m", "nbgrader", "generate_assignment", lesson, "--force",
+               f"--config={CONFIG}", f"--CourseDirectory.release_directory={out}"]
+    if db_url:
+        command.append(f"--CourseDirectory.db_url={db_url}")
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"nbgrader could not generate {lesson}:\n{result.stdout}{result.stderr}")
+
+
+def release(selected: list[str], out: Path, db_url: str | None = None) -> list[Path]:
+    """Generate and stamp the selected lessons into ``out``; return the notebooks written."""
+    settings = course_settings()
+    written = []
+    for lesson in selected:
+        generate(lesson, out, db_url)
+        notebook = out / lesson / f"{lesson}.ipynb"
+        notebook.write_text(stamp(notebook.read_text(), lesson, settings))
+        written.append(notebook)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lessons", nargs="*", help="lessons to release (default: all)")
+    parser.add_argument("--out", type=Path, default=ROOT / "notebooks",
+                        help="where the student notebooks go (default: notebooks/)")
+    parser.add_argument("--db", help="gradebook URL (default: a throwaway one; the course "
+                                     "workspace gradebook is filled by the grading commands)")
+    args = parser.parse_args()
+    unknown = set(args.lessons) - set(lessons())
+    if unknown:
+        raise SystemExit(f"unknown lesson(s): {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(lessons())}")
+    with tempfile.TemporaryDirectory() as scratch:
+        db_url = args.db or f"sqlite:///{scratch}/release.db"
+        for notebook in release(args.lessons or lessons(), args.out.resolve(), db_url):
+            print(f"released {notebook}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Lesson 05: the copy task, its loss, decoding, accuracy, and a model that really learns it."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from oracles import assert_close
+from torch import nn
+
+from attention_course.data import CopyTask, seeded_generator
+from attention_course.model import DecoderOnlyTransformer
+from attention_course.training import (
+    TrainConfig,
+    copy_task_loss,
+    evaluate,
+    greedy_decode,
+    sequence_accuracy,
+    teacher_forced_accuracy,
+    train,
+    train_step,
+)
+
+N, V = 4, 6  # a small task: 4 content tokens from a vocabulary of 6
+
+
+def answers(source: torch.Tensor, reverse: bool) -> torch.Tensor:
+    return torch.tensor([row[::-1] if reverse else row for row in source.tolist()])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_batch_is_prompt_then_answer_shifted_by_one(reverse):
+    task = CopyTask(seq_len=N, vocab_size=V, reverse=reverse)
+    batch = task.batch(8, seeded_generator(0))
+    assert batch.inputs.shape == batch.targets.shape == batch.loss_mask.shape == (8, 2 * N)
+    assert torch.equal(batch.targets[:, :-1], batch.inputs[:, 1:])
+    assert torch.equal(batch.inputs[:, :N], batch.source)
+    assert (batch.inputs[:, N] == V).all() and (batch.source < V).all()
+    assert torch.equal(batch.targets[:, N:], answers(batch.source, reverse))
+    assert batch.loss_mask.tolist() == [[t >= N for t in range(2 * N)]] * 8
+
+
+def test_same_seed_same_batch():
+    task = CopyTask(seq_len=N, vocab_size=V)
+    first, again, other = (task.batch(8, seeded_generator(seed)) for seed in (0, 0, 1))
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first.source, other.source)
+
+
+def test_loss_is_cross_entropy_over_the_answer_only(gen):
+    batch = CopyTask(seq_len=N, vocab_size=V).batch(3, gen)
+    logits = torch.randn(3, 2 * N, V + 1, generator=gen, dtype=torch.float64)
+    terms = [torch.logsumexp(logits[b, t], dim=0) - logits[b, t, batch.targets[b, t]]
+             for b in range(3) for t in range(N, 2 * N)]
+    assert_close(copy_task_loss(logits, batch.targets, batch.loss_mask), sum(terms) / len(terms))
+    changed = logits.clone()
+    changed[:, :N] = torch.randn(3, N, V + 1, generator=gen, dtype=torch.float64)
+    assert_close(copy_task_loss(changed, batch.targets, batch.loss_mask),
+                 copy_task_loss(logits, batch.targets, batch.loss_mask))
+
+
+class PrefixSumModel(nn.Module):
+    """Predicts (sum of the tokens so far) mod V at every position; records its mode."""
+
+    def forward(self, tokens):
+        self.mode_seen = self.training
+        return F.one_hot(tokens.cumsum(dim=-1) % V, V).float()  # (B, T) -> (B, T, V)
+
+
+def test_greedy_decode_appends_the_most_likely_token(gen):
+    prompt = torch.randint(V, (3, 4), generator=gen)
+    expected = []
+    for row in prompt.tolist():
+        for _ in range(5):
+            row.append(sum(row) % V)
+        expected.append(row[4:])
+    model = PrefixSumModel().train()
+    before = prompt.clone()
+    assert greedy_decode(model, prompt, 5).tolist() == expected
+    assert model.mode_seen is False and model.training  # eval while decoding, then restored
+    assert torch.equal(prompt, before)
+
+
+def test_sequence_accuracy_counts_fully_right_sequences(gen):
+    expected = torch.randint(V, (4, 5), generator=gen)
+    predicted = expected.clone()
+    assert sequence_accuracy(predicted, expected) == 1.0
+    predicted[1, 3] = (predicted[1, 3] + 1) % V
+    predicted[3, 0] = (predicted[3, 0] + 1) % V
+    assert sequence_accuracy(predicted, expected) == 0.5
+
+
+def test_train_step_returns_the_loss_before_updating():
+    task = CopyTask(seq_len=N, vocab_size=V)
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(task.n_tokens, task.context_len)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = task.batch(8, seeded_generator(0))
+    expected = copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
+    loss = train_step(model, optimizer, batch)
+    assert_close(loss, expected.detach())
+    assert not loss.requires_grad
+    after = copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
+    assert after < loss  # one gradient step on this batch lowered its loss
+
+
+def trained(task: CopyTask, config: TrainConfig) -> nn.Module:
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(task.n_tokens, task.context_len)
+    train(model, task, config, progress=False)
+    return model
+
+
+@pytest.mark.slow
+def test_teacher_forced_accuracy_equals_greedy_accuracy():
+    task = CopyTask(seq_len=10, vocab_size=10)
+    config = TrainConfig(max_steps=200, target_accuracy=None, eval_every=200, eval_sequences=10)
+    model = trained(task, config)  # partly trained: some sequences right, most wrong
+    batch = task.batch(1000, seeded_generator(99))
+    greedy = greedy_decode(model, task.prompt(batch.source), task.seq_len)
+    accuracy = sequence_accuracy(greedy, task.answer(batch.source))
+    assert 0.05 < accuracy < 0.95
+    assert math.isclose(teacher_forced_accuracy(model, batch), accuracy)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reverse", [False, True], ids=["copy", "reverse"])
+def test_the_model_learns_the_task(reverse):
+    task = CopyTask(seq_len=10, vocab_size=10, reverse=reverse)
+    model = trained(task, TrainConfig(seed=0))
+    # greedy decoding of sequences from a seed training never used (it draws from seeds 0 and 1)
+    assert evaluate(model, task, 2000, seed=2024) >= 0.99
