@@ -8,6 +8,7 @@ Usage: python grader/release.py [--out DIR] [--db URL] [LESSON ...]
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,10 +49,13 @@ def stamp(text: str, lesson: str, settings: dict[str, str]) -> str:
 
 def generate(lesson: str, out: Path, db_url: str | None) -> None:
     command = [sys.executable, "-m", "nbgrader", "generate_assignment", lesson, "--force",
-               f"--config={CONFIG}", f"--CourseDirectory.release_directory={out}"]
+               f"--CourseDirectory.release_directory={out}"]
     if db_url:
         command.append(f"--CourseDirectory.db_url={db_url}")
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    # nbgrader reads nbgrader_config.py from its working directory and runs tools (alembic)
+    # from PATH, so it needs this environment's bin directory there
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, cwd=CONFIG.parent, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"nbgrader could not generate {lesson}:\n{result.stdout}{result.stderr}")
 

@@ -112,7 +112,9 @@ def _gradients(outputs: tuple, targets: dict[str, Tensor]) -> dict[str, Tensor |
     differentiable = [o for o in outputs if isinstance(o, Tensor) and o.requires_grad]
     if not differentiable:
         return {name: None for name in targets}
-    loss = sum((o * _probe_weights(o)).sum() for o in differentiable)
+    # entries that are not finite (-inf where a mask hides a score) have no meaningful
+    # gradient: scores + (-inf) and scores.masked_fill(hidden, -inf) are both right
+    loss = sum((o.where(o.isfinite(), 0.0) * _probe_weights(o)).sum() for o in differentiable)
     grads = torch.autograd.grad(loss, list(targets.values()), allow_unused=True)
     return dict(zip(targets, grads, strict=True))
 
@@ -164,11 +166,16 @@ def _output_problem(exercise: Exercise, got: tuple, expected: tuple) -> str | No
             return (f"`{name}` has shape {tuple(g.shape)}, expected {tuple(e.shape)} "
                     f"{shape_words}")
         if g.dtype != e.dtype:
-            return (f"`{name}` has dtype {g.dtype}, expected {e.dtype} (keep the dtype of "
-                    f"the inputs; do not hard-code float32)")
+            return f"`{name}` has dtype {g.dtype}, expected {e.dtype}: {_dtype_hint(e.dtype)}"
         if not matches(g, e):
             return f"`{name}` has wrong values: {_difference(g, e)}"
     return None
+
+
+def _dtype_hint(expected: torch.dtype) -> str:
+    if expected == torch.bool:
+        return "a mask is bool (True = may attend); build it with comparisons or dtype=torch.bool"
+    return "keep the dtype of the inputs (do not hard-code float32)"
 
 
 def matches(got: Tensor, expected: Tensor) -> bool:

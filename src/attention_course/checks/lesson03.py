@@ -22,8 +22,9 @@ INVERTED = Mistake(
     "nn.MultiheadAttention uses the opposite convention (True = ignore).", {"inverted": True})
 FILLED_WITH_ZERO = Mistake(
     "masked positions filled with 0 instead of -inf",
-    "A score of 0 still gets weight exp(0) > 0 after the softmax. Fill hidden positions with "
-    "float('-inf') so they get exactly 0.", {"fill": "zero"})
+    "A score of 0 (from filling with 0 or from multiplying the scores by the mask) still gets "
+    "weight exp(0) > 0 after the softmax. Fill hidden positions with float('-inf') so they get "
+    "exactly 0.", {"fill": "zero"})
 LARGE_NEGATIVE = "masked positions filled with a large negative number instead of -inf"
 LARGE_NEGATIVE_HINT = ("-1e9 looks the same after the softmax, until a query has no allowed "
                        "key: its row then gets weights instead of staying empty. Use "
@@ -142,8 +143,6 @@ def apply_variant(scores, attn_mask, *, inverted=False, fill="-inf", float_mask=
     if attn_mask.dtype != torch.bool:
         return scores if float_mask == "ignore" else scores + attn_mask
     hidden = attn_mask if inverted else ~attn_mask
-    if fill == "multiply":
-        return scores * ~hidden
     return scores.masked_fill(hidden, FILLS[fill])
 
 
@@ -156,9 +155,6 @@ APPLY_MASK = Exercise(
     mistakes=(
         INVERTED, FILLED_WITH_ZERO,
         Mistake(LARGE_NEGATIVE, LARGE_NEGATIVE_HINT, sign=_large_negative_scores),
-        Mistake("scores multiplied by the mask",
-                "Multiplying by 0 gives a score of 0, which the softmax still weights. Fill "
-                "hidden positions with float('-inf') instead.", {"fill": "multiply"}),
         Mistake("float mask ignored",
                 "A float mask is added to the scores (0 keeps a position, -inf hides it).",
                 {"float_mask": "ignore"}),
@@ -189,10 +185,12 @@ def check_apply_mask(fn, seed: int = 0) -> None:
 
 def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False, scale=None, *,
                              inverted=False, fill="-inf", after_softmax=False,
-                             empty_rows="zero", causal="lower", softmax_dim=-1):
+                             empty_rows="zero", causal="lower", softmax_dim=-1,
+                             use_mask=True):
     scores = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
     T, S = scores.shape[-2:]
     causal_mask = causal_variant(T, S, transposed=causal == "transposed")
+    attn_mask = attn_mask if use_mask else None
     if is_causal and causal != "ignored":
         attn_mask = masks.combine_masks(causal_mask, attn_mask)
     if after_softmax:
@@ -216,7 +214,7 @@ def _masked_attention(query, key, value, attn_mask=None, is_causal=False, scale=
 MASKED_ATTENTION = Exercise(
     name="masked_attention",
     reference=_masked_attention,
-    inputs=("query", "key", "value"),
+    inputs=("query", "key", "value", "attn_mask"),
     outputs=ATTENTION_OUTPUTS,
     variant=masked_attention_variant,
     mistakes=(
@@ -233,6 +231,9 @@ MASKED_ATTENTION = Exercise(
                 "When is_causal=True, also hide the future (combined with attn_mask if both "
                 "are given).", {"causal": "ignored"}),
         Mistake(CAUSAL_TRANSPOSED.name, CAUSAL_TRANSPOSED.hint, {"causal": "transposed"}),
+        Mistake("attn_mask ignored",
+                "Apply attn_mask to the scores before the softmax (and combine it with the "
+                "causal mask when is_causal=True).", {"use_mask": False}),
         SOFTMAX_OVER_QUERIES,
     ),
     forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,

@@ -93,7 +93,7 @@ def check_merge_heads(fn, seed: int = 0) -> None:
 
 def mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
                 split="transpose", merge="transpose", scale="d_head", project_output=True,
-                swap_kv=False, causal=True):
+                swap_kv=False, causal=True, use_mask=True):
     H, C = module.n_heads, module.d_model
     k_proj, v_proj = (module.v_proj, module.k_proj) if swap_kv else (module.k_proj, module.v_proj)
     q = split_variant(module.q_proj(query), H, method=split)  # (B, T, C) -> (B, H, T, D)
@@ -101,7 +101,7 @@ def mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
     v = split_variant(v_proj(value), H, method=split)
     factor = (C // H) ** -0.5 if scale == "d_head" else C ** -0.5
     out, weights = attention.scaled_dot_product_attention(
-        q, k, v, attn_mask, is_causal=is_causal and causal, scale=factor)
+        q, k, v, attn_mask if use_mask else None, is_causal=is_causal and causal, scale=factor)
     out = merge_variant(out, method=merge)  # (B, H, T, D) -> (B, T, C)
     return (module.out_proj(out) if project_output else out), weights
 
@@ -120,7 +120,9 @@ MHA_MISTAKES = (
             "Keys come from self.k_proj(key) and values from self.v_proj(value).",
             {"swap_kv": True}),
     Mistake("is_causal not passed on",
-            "Pass is_causal (and attn_mask) on to the attention function.", {"causal": False}),
+            "Pass is_causal on to the attention function.", {"causal": False}),
+    Mistake("attn_mask not passed on",
+            "Pass attn_mask on to the attention function.", {"use_mask": False}),
 )
 
 

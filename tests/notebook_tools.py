@@ -1,0 +1,64 @@
+"""Reading, editing and running the lesson notebooks in tests."""
+
+import re
+import textwrap
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+
+def lessons() -> list[str]:
+    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def read(folder: Path, lesson: str) -> nbformat.NotebookNode:
+    return nbformat.read(folder / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def grading(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def practice_cells(nb) -> dict[str, int]:
+    """Check name (e.g. "softmax") -> index of the practice cell its check cell follows."""
+    found, last_practice = {}, None
+    for i, cell in enumerate(nb.cells):
+        if grading(cell).get("solution"):
+            last_practice = i
+        elif grading(cell).get("grade"):
+            name = grading(cell)["grade_id"].removeprefix("check_")
+            found[name] = last_practice
+    return found
+
+
+def check_cells(nb) -> dict[str, int]:
+    return {grading(c)["grade_id"].removeprefix("check_"): i
+            for i, c in enumerate(nb.cells) if grading(c).get("grade")}
+
+
+def with_body(source: str, body: str) -> str:
+    """Replace the solution region of a practice cell with ``body``, indented to fit."""
+    pattern = re.compile(rf"^( *){re.escape(BEGIN)}\n.*?^ *{re.escape(END)}\n?", re.M | re.S)
+    match = pattern.search(source)
+    assert match, "no solution region"
+    indented = textwrap.indent(textwrap.dedent(body).strip("\n"), match.group(1)) + "\n"
+    return source[:match.start()] + indented + source[match.end():]
+
+
+def execute(nb, cwd: Path, allow_errors: bool = False, timeout: int = 120):
+    """Run ``nb`` headless in a fresh kernel whose working directory is ``cwd``."""
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            allow_errors=allow_errors, resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def errors(cell) -> list[str]:
+    """The error outputs of a cell, as 'Name: message' strings."""
+    return [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", [])
+            if o.output_type == "error"]

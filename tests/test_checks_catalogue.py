@@ -1,0 +1,354 @@
+"""Every catalogued mistake is named by its check, and real student mistakes are diagnosed.
+
+Knob mistakes are reproduced from the exercise's own variant; mistakes recognised by a sign,
+and the student mistakes further down, are written by hand the way a student would.
+"""
+
+import ast
+import functools
+import inspect
+import math
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_solutions import (
+    CHECK_NAMES,
+    REFERENCES,
+    MHAByEinsum,
+    StudentMHA,
+    check_of,
+    failure,
+    masked_attention_additive,
+    merge_by_transpose,
+    named_mistakes,
+    split_by_view,
+)
+
+from attention_course.checks import lesson01, lesson02, lesson03, lesson04
+from attention_course.checks.framework import Exercise
+
+EXERCISES = {value.name: value for module in (lesson01, lesson02, lesson03, lesson04)
+             for value in vars(module).values() if isinstance(value, Exercise)}
+CATALOGUE = {name: exercise.mistakes for name, exercise in EXERCISES.items()}
+CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES
+
+
+def test_every_check_has_its_catalogue_here():
+    assert set(CATALOGUE) == set(CHECK_NAMES)
+
+
+def test_catalogue_is_rich_and_every_mistake_has_a_hint():
+    mistakes = [mistake for entries in CATALOGUE.values() for mistake in entries]
+    assert len({mistake.name for mistake in mistakes}) >= 15
+    assert all(mistake.hint.strip() for mistake in mistakes)
+    assert all(mistake.knobs or mistake.sign for mistake in mistakes), "unrecognisable mistake"
+
+
+# ---------------------------------------------------------------- knob mistakes, from the variant
+
+def from_variant(name: str, knobs: dict):
+    """The exercise's wrong variant with ``knobs`` set, shaped like a student's answer."""
+    if name != "multi_head_attention":
+        return functools.partial(EXERCISES[name].variant, **knobs)
+
+    class Buggy(MHAByEinsum):
+        def forward(self, query, key, value, attn_mask=None, is_causal=False):
+            return lesson04.mha_variant(self, query, key, value, attn_mask, is_causal, **knobs)
+    return Buggy
+
+
+KNOB_MISTAKES = [pytest.param(name, mistake, id=f"{name}-{mistake.name}")
+                 for name, mistakes in CATALOGUE.items() for mistake in mistakes if mistake.knobs]
+
+
+@pytest.mark.parametrize(("name", "mistake"), KNOB_MISTAKES)
+def test_variant_mistake_is_named(name, mistake):
+    message = failure(check_of(name), from_variant(name, mistake.knobs))
+    assert named_mistakes(message) == [mistake.name], message
+
+
+# ---------------------------------------------------------------- sign mistakes, by hand
+
+def apply_mask_filling(fill: float):
+    def apply_mask(scores, attn_mask):
+        if attn_mask is None:
+            return scores
+        if attn_mask.dtype == torch.bool:
+            return scores.masked_fill(~attn_mask, fill)
+        return scores + attn_mask
+    return apply_mask
+
+
+def masked_attention_filling(fill: float):
+    def masked_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+        scores = query @ key.transpose(-2, -1) * (scale or 1 / math.sqrt(query.shape[-1]))
+        T, S = scores.shape[-2:]
+        if is_causal:
+            scores = scores.masked_fill(torch.ones(T, S).tril() == 0, fill)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, fill)
+        elif attn_mask is not None:
+            scores = scores + attn_mask
+        weights = F.softmax(scores, dim=-1)
+        return weights @ value, weights
+    return masked_attention
+
+
+SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their function}
+    ("apply_mask", lesson03.LARGE_NEGATIVE): {
+        "fill -1e4": apply_mask_filling(-1e4), "fill -1e9": apply_mask_filling(-1e9)},
+    ("masked_attention", lesson03.LARGE_NEGATIVE): {
+        "fill -1e9": masked_attention_filling(-1e9), "fill -1e4": masked_attention_filling(-1e4)},
+}
+SIGN_MISTAKES = [
+    pytest.param(name, mistake.name, student, id=f"{name}-{mistake.name}-{label}")
+    for name, mistakes in CATALOGUE.items() for mistake in mistakes if not mistake.knobs
+    for label, student in SIGN_EXAMPLES.get((name, mistake.name), {"no example": None}).items()]
+
+
+@pytest.mark.parametrize(("name", "mistake", "student"), SIGN_MISTAKES)
+def test_sign_mistake_is_named(name, mistake, student):
+    assert student is not None, "write a hand-made example for this mistake in SIGN_EXAMPLES"
+    message = failure(check_of(name), student)
+    assert named_mistakes(message) == [mistake], message
+
+
+# ---------------------------------------------------------------- real student mistakes, by hand
+
+def scores_over_d_times_values(query, key, value, scale=None):
+    scores = query @ key.transpose(-2, -1) / query.shape[-1]
+    return scores @ value, torch.softmax(scores, dim=-1)
+
+
+def attention_softmax_over_queries(query, key, value, scale=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    weights = F.softmax(scores, dim=-2)
+    return weights @ value, weights
+
+
+def softmax_without_max(x, dim=-1):
+    exps = torch.exp(x)
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def softmax_over_everything(x, dim=-1):
+    exps = (x - x.max()).exp()
+    return exps / exps.sum()
+
+
+def scores_keys_times_queries(query, key, scale=None):
+    return key @ query.transpose(-2, -1) / math.sqrt(query.shape[-1])
+
+
+def positions_swapped(seq_len, d_model):
+    pe = torch.zeros(seq_len, d_model)
+    t = torch.arange(seq_len).unsqueeze(1)
+    angles = t / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.cos(angles), torch.sin(angles)
+    return pe
+
+
+def positions_with_i(seq_len, d_model):
+    pe = torch.zeros(seq_len, d_model)
+    for t in range(seq_len):
+        for i in range(d_model // 2):
+            pe[t, 2 * i] = math.sin(t / 10000 ** (i / d_model))
+            pe[t, 2 * i + 1] = math.cos(t / 10000 ** (i / d_model))
+    return pe
+
+
+def embedding_without_sqrt(token_ids, weight, pe):
+    return weight[token_ids] + pe[: token_ids.shape[1]]
+
+
+def causal_by_triu(T, S=None, device=None):
+    return torch.triu(torch.ones(T, S or T, device=device)).bool()
+
+
+def causal_without_diagonal(T, S=None, device=None):
+    return torch.ones(T, S or T, dtype=torch.bool, device=device).tril(-1)
+
+
+def causal_hiding_the_past(T, S=None, device=None):
+    return torch.ones(T, S or T, dtype=torch.bool, device=device).triu(1)
+
+
+def padding_inclusive(lengths, S):
+    return (torch.arange(S)[None, :] <= lengths[:, None]).view(-1, 1, 1, S)
+
+
+def padding_on_queries(lengths, S):
+    return (torch.arange(S) < lengths[:, None])[:, None, :, None]
+
+
+def apply_true_hides(scores, attn_mask):
+    if attn_mask is None or attn_mask.is_floating_point():
+        return scores if attn_mask is None else scores + attn_mask
+    return scores.masked_fill(attn_mask, float("-inf"))
+
+
+def apply_by_multiplying(scores, attn_mask):
+    if attn_mask is None or attn_mask.is_floating_point():
+        return scores if attn_mask is None else scores + attn_mask
+    return scores * attn_mask
+
+
+def allowed_keys(T, S, attn_mask, is_causal):
+    """The bool mask a student builds first: causal and/or attn_mask (bool masks only)."""
+    allowed = torch.ones(T, S, dtype=torch.bool).tril() if is_causal else torch.ones(T, S) > 0
+    return allowed if attn_mask is None else allowed & attn_mask
+
+
+def masked_attention_hiding_after_softmax(query, key, value, attn_mask=None, is_causal=False,
+                                          scale=None):
+    scores = query @ key.mT / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores, dim=-1) * allowed_keys(*scores.shape[-2:], attn_mask,
+                                                           is_causal)
+    return weights @ value, weights
+
+
+def masked_attention_multiplying(query, key, value, attn_mask=None, is_causal=False,
+                                 scale=None):
+    scores = query @ key.mT / math.sqrt(query.shape[-1])
+    scores = scores * allowed_keys(*scores.shape[-2:], attn_mask, is_causal)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def masked_attention_without_causal(query, key, value, attn_mask=None, is_causal=False,
+                                    scale=None):
+    return masked_attention_additive(query, key, value, attn_mask, scale=scale)
+
+
+def mha_mask_unchanged(attn_mask):
+    return attn_mask
+
+
+def split_by_view_only(x, n_heads):
+    B, T, C = x.shape
+    return x.view(B, n_heads, T, C // n_heads)
+
+
+def merge_by_reshape_only(x):
+    B, H, T, D = x.shape
+    return x.reshape(B, T, H * D)
+
+
+class MHAHandWritten(StudentMHA):
+    """A student's forward; the subclasses below each change one line of it."""
+
+    def project(self, query, key, value):
+        return self.q_proj(query), self.k_proj(key), self.v_proj(value)
+
+    def split(self, x):
+        return split_by_view(x, self.n_heads)
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (self.split(x) for x in self.project(query, key, value))
+        out, weights = masked_attention_additive(q, k, v, attn_mask, is_causal, self.scale())
+        return self.out_proj(merge_by_transpose(out)), weights
+
+    def scale(self):
+        return 1 / math.sqrt(self.d_head)
+
+
+class MHAWithoutOutProj(MHAHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (self.split(x) for x in self.project(query, key, value))
+        out, weights = masked_attention_additive(q, k, v, attn_mask, is_causal)
+        return merge_by_transpose(out), weights
+
+
+class MHAScaledByDModel(MHAHandWritten):
+    def scale(self):
+        return self.d_model ** -0.5
+
+
+class MHASplitByView(MHAHandWritten):
+    def split(self, x):
+        return x.view(x.shape[0], self.n_heads, x.shape[1], self.d_head)
+
+
+class MHASwappedKeyValue(MHAHandWritten):
+    def project(self, query, key, value):
+        return self.q_proj(query), self.v_proj(key), self.k_proj(value)
+
+
+class MHAIgnoringCausal(MHAHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return super().forward(query, key, value, attn_mask)
+
+
+STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
+    scores_over_d_times_values: ("scaled_dot_product_attention",
+                                 ["1/D instead of 1/sqrt(D)",
+                                  "scores multiplied by V instead of the weights"]),
+    attention_softmax_over_queries: ("scaled_dot_product_attention",
+                                     ["softmax over the query axis"]),
+    softmax_without_max: ("softmax", ["no max-subtraction (exp overflows on large logits)"]),
+    softmax_over_everything: ("softmax", ["sum over the whole tensor instead of along dim"]),
+    scores_keys_times_queries: ("attention_scores", ["scores transposed (keys x queries)"]),
+    positions_swapped: ("sinusoidal_positional_encoding", ["sin and cos swapped"]),
+    positions_with_i: ("sinusoidal_positional_encoding",
+                       ["positional exponent uses i instead of 2i"]),
+    embedding_without_sqrt: ("token_and_position_embedding",
+                             ["embedding not scaled by sqrt(d_model)"]),
+    causal_by_triu: ("causal_mask", ["causal mask transposed (the future is visible)"]),
+    causal_without_diagonal: ("causal_mask",
+                              ["causal mask excludes the diagonal (a token cannot see itself)"]),
+    causal_hiding_the_past: ("causal_mask", ["mask polarity inverted"]),
+    padding_inclusive: ("padding_mask",
+                        ["padding mask off by one (the first pad token is visible)"]),
+    padding_on_queries: ("padding_mask", ["padding mask on the query axis"]),
+    apply_true_hides: ("apply_mask", ["mask polarity inverted"]),
+    apply_by_multiplying: ("apply_mask", ["masked positions filled with 0 instead of -inf"]),
+    masked_attention_hiding_after_softmax: ("masked_attention",
+                                            ["mask applied after the softmax"]),
+    masked_attention_multiplying: ("masked_attention",
+                                   ["masked positions filled with 0 instead of -inf"]),
+    masked_attention_without_causal: ("masked_attention", ["is_causal ignored"]),
+    mha_mask_unchanged: ("to_mha_mask", ["bool mask not inverted for nn.MultiheadAttention"]),
+    split_by_view_only: ("split_heads", ["heads split with view and no transpose"]),
+    merge_by_reshape_only: ("merge_heads", ["heads merged without the inverse transpose"]),
+    MHAWithoutOutProj: ("multi_head_attention", ["missing output projection"]),
+    MHAScaledByDModel: ("multi_head_attention", ["d_model instead of d_head in the scale"]),
+    MHASplitByView: ("multi_head_attention", ["heads split with view and no transpose"]),
+    MHASwappedKeyValue: ("multi_head_attention", ["key and value projections swapped"]),
+    MHAIgnoringCausal: ("multi_head_attention", ["is_causal not passed on"]),
+}
+STUDENTS = [pytest.param(student, name, expected, id=f"{name}-{student.__name__}")
+            for student, (name, expected) in STUDENT_MISTAKES.items()]
+
+
+def test_hand_written_mha_without_its_mistakes_passes(capsys):
+    check_of("multi_head_attention")(MHAHandWritten)
+    assert capsys.readouterr().out.startswith("ok:")
+
+
+@pytest.mark.parametrize(("student", "name", "expected"), STUDENTS)
+def test_student_mistake_is_diagnosed(student, name, expected):
+    assert all(m in {c.name for c in CATALOGUE[name]} for m in expected), "not catalogued"
+    message = failure(check_of(name), student)
+    assert sorted(named_mistakes(message)) == sorted(expected), message
+
+
+# ---------------------------------------------------------------- failures never show the solution
+
+def code_lines(function) -> list[str]:
+    """The lines of ``function``'s body after its docstring, without comments."""
+    source = textwrap.dedent(inspect.getsource(function))
+    body = ast.parse(source).body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    lines = source.splitlines()[body[0].lineno - 1:]
+    return [line.split("#")[0].strip() for line in lines]
+
+
+@pytest.mark.parametrize(("student", "name", "expected"), STUDENTS)
+def test_message_never_shows_the_solution(student, name, expected):
+    message = failure(check_of(name), student)
+    assert "### BEGIN SOLUTION" not in message
+    leaked = [line for line in code_lines(REFERENCES[name]) if len(line) > 20 and line in message]
+    assert not leaked, message
