@@ -21,6 +21,12 @@ from .lesson03 import (
                        check_to_mha_mask,
 )
 from .lesson04 import check_merge_heads, check_multi_head_attention, check_split_heads
+from .lesson05 import (
+    check_copy_task_loss,
+    check_greedy_decode,
+    check_sequence_accuracy,
+    check_train_step,
+)
 
 __all__ = [
     "check_one_hot_embedding", "check_sinusoidal_positional_encoding",
@@ -29,4 +35,5 @@ __all__ = [
     "check_causal_mask", "check_padding_mask", "check_apply_mask", "check_masked_attention",
     "check_to_mha_mask",
     "check_split_heads", "check_merge_heads", "check_multi_head_attention",
+    "check_copy_task_loss", "check_train_step", "check_greedy_decode", "check_sequence_accuracy",
 ]

@@ -1,0 +1,242 @@
+"""Checks for lesson 05_copy_task: the masked loss, a training step, greedy decoding and
+sequence accuracy."""
+
+import torch
+import torch.nn.functional as F
+
+from .. import training
+from ..data import CopyTask, seeded_generator
+from ..model import DecoderOnlyTransformer
+from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .shortcuts import forbid
+
+PROMPT_HALF_TOO = Mistake(
+    "loss over the prompt half too",
+    "The prompt is random: nothing can predict it. Average the loss over the answer positions "
+    "only (where loss_mask is True).", {"positions": "all"})
+TARGETS_NOT_SHIFTED = Mistake(
+    "targets not shifted",
+    "The model predicts the NEXT token: compare its logits with batch.targets (the inputs "
+    "shifted by one), not with batch.inputs.", {"targets": "inputs"})
+
+# ---------------------------------------------------------------- the masked loss
+
+def loss_variant(logits, targets, loss_mask, *, positions="answer", reduction="mean",
+                 softmax_first=False):
+    scores = logits.softmax(dim=-1) if softmax_first else logits
+    per_token = F.cross_entropy(scores.transpose(1, 2), targets, reduction="none")  # (B, L)
+    mask = {"answer": loss_mask, "all": torch.ones_like(loss_mask), "prompt": ~loss_mask}
+    mask = mask[positions]
+    if reduction == "sum":
+        return per_token[mask].sum()
+    if reduction == "per_sequence":
+        return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+    return per_token[mask].mean()
+
+
+COPY_TASK_LOSS = Exercise(
+    name="copy_task_loss",
+    reference=training.copy_task_loss,
+    inputs=("logits", "targets", "loss_mask"),
+    outputs=(("loss", "() a scalar"),),
+    variant=loss_variant,
+    mistakes=(
+        PROMPT_HALF_TOO,
+        Mistake("loss mask inverted (only the prompt counts)",
+                "loss_mask is True on the answer positions: those are the ones to average.",
+                {"positions": "prompt"}),
+        Mistake("summed instead of averaged",
+                "Average over the counted tokens so the loss does not grow with the batch.",
+                {"reduction": "sum"}),
+        Mistake("averaged per sequence, then over sequences",
+                "Average over all counted tokens at once: sequences with more answer tokens "
+                "should weigh more.", {"reduction": "per_sequence"}),
+        Mistake("softmax applied before cross_entropy",
+                "F.cross_entropy takes raw logits and applies log-softmax itself.",
+                {"softmax_first": True}),
+    ),
+    forbidden=forbid([training.copy_task_loss]),
+)
+
+
+def check_copy_task_loss(fn, seed: int = 0) -> None:
+    """Check copy_task_loss(logits, targets, loss_mask) -> scalar. Lesson: 05_copy_task"""
+    g = seeded(seed)
+    targets = torch.randint(5, (3, 8), generator=g)
+    half = (torch.arange(8) >= 4).expand(3, 8)
+    ragged = torch.arange(8) >= torch.tensor([[3], [5], [6]])  # answers of different lengths
+    cases = [
+        Case("B, L, V = 3, 8, 5; the answer is the second half", (randn(3, 8, 5, generator=g),
+                                                                  targets, half)),
+        Case("float64, with gradients", (randn(3, 8, 5, generator=g, dtype=torch.float64),
+                                         targets, half), grad=True),
+        Case("answers of different lengths in one batch", (randn(3, 8, 5, generator=g),
+                                                           targets, ragged)),
+    ]
+    run_check(COPY_TASK_LOSS, fn, cases)
+
+
+# ---------------------------------------------------------------- one training step
+
+def train_step_variant(model, optimizer, batch, *, zero_grad=True, step=True,
+                       targets="targets", positions="answer"):
+    model.train()
+    if zero_grad:
+        optimizer.zero_grad()
+    target = batch.targets if targets == "targets" else batch.inputs
+    mask = batch.loss_mask if positions == "answer" else torch.ones_like(batch.loss_mask)
+    loss = training.copy_task_loss(model(batch.inputs), target, mask)
+    loss.backward()
+    if step:
+        optimizer.step()
+    return loss.detach()
+
+
+OPTIMIZERS = {"SGD": lambda p: torch.optim.SGD(p, lr=0.5),
+              "AdamW": lambda p: torch.optim.AdamW(p, lr=0.01)}
+
+
+def training_run(train_step, seed: int, optimizer: str, steps: int = 3):
+    """Call ``train_step`` ``steps`` times on a small seeded model; return what changed."""
+    task = CopyTask(seq_len=4, vocab_size=5)
+    torch.manual_seed(seed)
+    model = DecoderOnlyTransformer(task.n_tokens, task.context_len, d_model=8).double()
+    opt = OPTIMIZERS[optimizer](model.parameters())
+    generator = seeded_generator(seed)
+    losses = [train_step(model, opt, task.batch(4, generator)) for _ in range(steps)]
+    parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return torch.tensor([float(loss) for loss in losses], dtype=torch.float64), parameters
+
+
+TRAIN_STEP_MISTAKES = (
+    Mistake("gradients never reset (no optimizer.zero_grad())",
+            "backward() adds to .grad: call optimizer.zero_grad() before each backward pass.",
+            {"zero_grad": False}),
+    Mistake("no optimizer.step() after loss.backward()",
+            "backward() only computes gradients; optimizer.step() applies them, so it comes "
+            "after backward() (a step before it finds no gradients and does nothing).",
+            {"step": False}),
+    TARGETS_NOT_SHIFTED,
+    PROMPT_HALF_TOO,
+)
+
+
+def check_train_step(fn, seed: int = 0) -> None:
+    """Check train_step(model, optimizer, batch) -> loss, by the parameters it leaves behind.
+
+    Lesson: 05_copy_task
+    """
+    exercise = Exercise(
+        name="train_step",
+        reference=lambda s, o: training_run(training.train_step, s, o),
+        inputs=("seed", "optimizer"),
+        outputs=(("losses", "(3,): the loss each of 3 calls returned"),
+                 ("parameters", "every parameter after 3 calls, flattened")),
+        variant=lambda s, o, **knobs: training_run(
+            lambda m, opt, b: train_step_variant(m, opt, b, **knobs), s, o),
+        mistakes=TRAIN_STEP_MISTAKES,
+        forbidden=forbid([training.train_step]),
+    )
+    cases = [Case("3 calls on a small model with SGD", (seed, "SGD")),
+             Case("3 calls on a small model with AdamW", (seed, "AdamW"))]
+    run_check(exercise, lambda s, o: training_run(fn, s, o), cases)
+
+
+# ---------------------------------------------------------------- greedy decoding
+
+def decode_variant(model, prompt, n_new, *, position=-1, feed="prediction",
+                   keep_prompt=False):
+    tokens, predicted = prompt, []
+    with torch.no_grad():
+        for _ in range(n_new):
+            next_token = model(tokens)[:, position].argmax(dim=-1, keepdim=True)  # (B, 1)
+            predicted.append(next_token)
+            tokens = torch.cat([tokens, next_token if feed == "prediction" else tokens[:, -1:]],
+                               dim=1)
+    out = torch.cat(predicted, dim=1)
+    return torch.cat([prompt, out], dim=1) if keep_prompt else out
+
+
+def decoding_model(seed: int) -> DecoderOnlyTransformer:
+    torch.manual_seed(seed)
+    model = DecoderOnlyTransformer(7, 16, d_model=16).eval()
+    with torch.no_grad():  # sharper logits, so greedy choices depend on the context
+        model.head.weight.mul_(8.0)
+    return model
+
+
+def check_greedy_decode(fn, seed: int = 0) -> None:
+    """Check greedy_decode(model, prompt, n_new) -> (B, n_new) on a small seeded model.
+
+    Lesson: 05_copy_task
+    """
+    model, g = decoding_model(seed), seeded(seed)
+    exercise = Exercise(
+        name="greedy_decode",
+        reference=lambda prompt, n: training.greedy_decode(model, prompt, n),
+        inputs=("prompt", "n_new"),
+        outputs=(("tokens", "(B, n_new): only the new tokens"),),
+        variant=lambda prompt, n, **knobs: decode_variant(model, prompt, n, **knobs),
+        mistakes=(
+            Mistake("decoding from the first position's logits",
+                    "The next token is predicted at the LAST position: logits[:, -1].",
+                    {"position": 0}),
+            Mistake("decoding feeds back the wrong token",
+                    "Append the token you just predicted, so the next step sees it.",
+                    {"feed": "repeat"}),
+            Mistake("prompt returned with the new tokens",
+                    "Return only the n_new generated tokens: tokens[:, prompt.shape[1]:].",
+                    {"keep_prompt": True}),
+        ),
+        forbidden=forbid([training.greedy_decode]),
+    )
+    cases = [
+        Case("B = 4 prompts of 5 tokens, 6 new tokens", (torch.randint(7, (4, 5), generator=g), 6)),
+        Case("a one-token prompt", (torch.randint(7, (3, 1), generator=g), 5)),
+        Case("a single new token", (torch.randint(7, (2, 4), generator=g), 1)),
+    ]
+    run_check(exercise, lambda prompt, n: fn(model, prompt, n), cases)
+
+
+# ---------------------------------------------------------------- sequence accuracy
+
+def accuracy_variant(predicted, expected, *, unit="sequence", axis=-1):
+    right = predicted == expected
+    per_unit = right.float() if unit == "token" else right.all(dim=axis).float()
+    return per_unit.mean().double()
+
+
+SEQUENCE_ACCURACY = Exercise(
+    name="sequence_accuracy",
+    reference=lambda p, e: torch.tensor(training.sequence_accuracy(p, e), dtype=torch.float64),
+    inputs=("predicted", "expected"),
+    outputs=(("accuracy", "() a number between 0 and 1"),),
+    variant=accuracy_variant,
+    mistakes=(
+        Mistake("token accuracy instead of sequence accuracy",
+                "A sequence counts only if EVERY token is right: .all() along the sequence "
+                "axis, then the mean over the batch.", {"unit": "token"}),
+        Mistake("all() over the batch axis",
+                "Reduce along the sequence axis (dim=-1), one verdict per sequence.",
+                {"axis": 0}),
+    ),
+    forbidden=forbid([training.sequence_accuracy]),
+)
+
+
+def check_sequence_accuracy(fn, seed: int = 0) -> None:
+    """Check sequence_accuracy(predicted, expected) -> float in [0, 1]. Lesson: 05_copy_task"""
+    g = seeded(seed)
+    expected = torch.randint(10, (5, 4), generator=g)
+    partly = expected.clone()
+    partly[1, 2] = (partly[1, 2] + 1) % 10  # one wrong token
+    partly[3] = (partly[3] + 1) % 10  # all wrong
+    cases = [
+        Case("5 sequences of 4 tokens: 3 right, one with one wrong token, one all wrong",
+             (partly, expected)),
+        Case("every sequence right", (expected, expected.clone())),
+        Case("every token right but the last of each sequence",
+             (torch.cat([expected[:, :-1], (expected[:, -1:] + 1) % 10], dim=1), expected)),
+    ]
+    run_check(SEQUENCE_ACCURACY, lambda p, e: torch.as_tensor(fn(p, e), dtype=torch.float64),
+              cases)
