@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_course import attention, checks, embeddings, masks, multihead
+from attention_course import attention, checks, embeddings, masks, multihead, training
 
 NEG_INF = float("-inf")
 CHECK_NAMES = tuple(name.removeprefix("check_") for name in checks.__all__)
@@ -351,6 +351,90 @@ class MHAPerHead(StudentMHA):
         return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(weights, dim=1)
 
 
+# ---------------------------------------------------------------- lesson 05: the copy task
+
+def loss_by_gather(logits, targets, loss_mask):
+    log_probs = logits.log_softmax(dim=-1)
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    return -(picked * loss_mask).sum() / loss_mask.sum()
+
+
+def loss_by_ignore_index(logits, targets, loss_mask):
+    ignored = targets.masked_fill(~loss_mask, -100)
+    return F.cross_entropy(logits.flatten(0, 1), ignored.flatten(), ignore_index=-100)
+
+
+def loss_by_nll(logits, targets, loss_mask):
+    return F.nll_loss(F.log_softmax(logits[loss_mask], dim=-1), targets[loss_mask])
+
+
+def train_step_set_to_none(model, optimizer, batch):
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_by_ignore_index(model(batch.inputs), batch.targets, batch.loss_mask)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def train_step_zeroing_the_model(model, optimizer, batch):
+    model.zero_grad()
+    loss = loss_by_gather(model(batch.inputs), batch.targets, batch.loss_mask)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def train_step_returning_a_float(model, optimizer, batch):
+    inputs, targets, loss_mask, _ = batch
+    optimizer.zero_grad()
+    loss = loss_by_nll(model(inputs), targets, loss_mask)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def decode_with_while(model, prompt, n_new):
+    tokens = prompt
+    while tokens.shape[1] < prompt.shape[1] + n_new:
+        next_token = model(tokens)[:, -1, :].argmax(-1)  # (B,)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+    return tokens[:, prompt.shape[1]:]
+
+
+@torch.no_grad()
+def decode_into_preallocated(model, prompt, n_new):
+    B, P = prompt.shape
+    tokens = torch.zeros(B, P + n_new, dtype=prompt.dtype)
+    tokens[:, :P] = prompt
+    for t in range(P, P + n_new):
+        tokens[:, t] = model(tokens[:, :t])[:, -1].argmax(dim=-1)
+    return tokens[:, P:]
+
+
+def decode_with_a_list(model, prompt, n_new):
+    model.eval()
+    generated = []
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = model(torch.cat([prompt, *generated], dim=1))
+            generated.append(logits[:, -1:].argmax(dim=-1))  # (B, 1)
+    return torch.cat(generated, dim=1)
+
+
+def accuracy_by_all(predicted, expected):
+    return (predicted == expected).all(-1).float().mean().item()
+
+
+def accuracy_by_counting(predicted, expected):
+    right = sum(bool(row.all()) for row in predicted == expected)
+    return right / len(predicted)
+
+
+def accuracy_by_min(predicted, expected):
+    return float(torch.eq(predicted, expected).min(-1).values.double().mean())
+
+
 CORRECT = {
     "one_hot_embedding": [one_hot_by_indexing, one_hot_by_einsum, one_hot_by_index_select],
     "sinusoidal_positional_encoding": [positions_by_loops, positions_by_stacking,
@@ -369,6 +453,11 @@ CORRECT = {
     "split_heads": [split_by_view, split_by_chunks, split_by_permute],
     "merge_heads": [merge_by_transpose, merge_by_concatenation, merge_by_permute],
     "multi_head_attention": [MHAByEinsum, MHAFromEarlierLessons, MHAPerHead],
+    "copy_task_loss": [loss_by_gather, loss_by_ignore_index, loss_by_nll],
+    "train_step": [train_step_set_to_none, train_step_zeroing_the_model,
+                   train_step_returning_a_float],
+    "greedy_decode": [decode_with_while, decode_into_preallocated, decode_with_a_list],
+    "sequence_accuracy": [accuracy_by_all, accuracy_by_counting, accuracy_by_min],
 }
 
 
@@ -388,4 +477,8 @@ REFERENCES = {
     "split_heads": multihead.split_heads,
     "merge_heads": multihead.merge_heads,
     "multi_head_attention": multihead.MultiHeadAttention.forward,
+    "copy_task_loss": training.copy_task_loss,
+    "train_step": training.train_step,
+    "greedy_decode": training.greedy_decode,
+    "sequence_accuracy": training.sequence_accuracy,
 }

@@ -20,19 +20,28 @@ from check_solutions import (
     StudentMHA,
     check_of,
     failure,
+    loss_by_gather,
+    loss_by_ignore_index,
     masked_attention_additive,
     merge_by_transpose,
     named_mistakes,
     split_by_view,
 )
 
-from attention_course.checks import lesson01, lesson02, lesson03, lesson04
+from attention_course import attention
+from attention_course.checks import lesson01, lesson02, lesson03, lesson04, lesson05
 from attention_course.checks.framework import Exercise
 
-EXERCISES = {value.name: value for module in (lesson01, lesson02, lesson03, lesson04)
+EXERCISES = {value.name: value for module in (lesson01, lesson02, lesson03, lesson04, lesson05)
              for value in vars(module).values() if isinstance(value, Exercise)}
 CATALOGUE = {name: exercise.mistakes for name, exercise in EXERCISES.items()}
 CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES
+# checks that build their exercise around a seeded model: the catalogue, and the wrong
+# variant with the student's signature
+CATALOGUE["train_step"] = lesson05.TRAIN_STEP_MISTAKES
+CATALOGUE["greedy_decode"] = lesson05.GREEDY_DECODE_MISTAKES
+STUDENT_VARIANTS = {"train_step": lesson05.train_step_variant,
+                    "greedy_decode": lesson05.decode_variant}
 
 
 def test_every_check_has_its_catalogue_here():
@@ -50,6 +59,8 @@ def test_catalogue_is_rich_and_every_mistake_has_a_hint():
 
 def from_variant(name: str, knobs: dict):
     """The exercise's wrong variant with ``knobs`` set, shaped like a student's answer."""
+    if name in STUDENT_VARIANTS:
+        return functools.partial(STUDENT_VARIANTS[name], **knobs)
     if name != "multi_head_attention":
         return functools.partial(EXERCISES[name].variant, **knobs)
 
@@ -96,11 +107,22 @@ def masked_attention_filling(fill: float):
     return masked_attention
 
 
+class MHADroppingOutInEvalMode(StudentMHA):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (p(x).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+                   for p, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask, self.dropout,
+                                                              is_causal)
+        return self.out_proj(out.transpose(1, 2).flatten(-2)), weights
+
+
 SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their function}
     ("apply_mask", lesson03.LARGE_NEGATIVE): {
         "fill -1e4": apply_mask_filling(-1e4), "fill -1e9": apply_mask_filling(-1e9)},
     ("masked_attention", lesson03.LARGE_NEGATIVE): {
         "fill -1e9": masked_attention_filling(-1e9), "fill -1e4": masked_attention_filling(-1e4)},
+    ("multi_head_attention", lesson04.DROPOUT_IN_EVAL_MODE.name): {
+        "dropout_p=self.dropout": MHADroppingOutInEvalMode},
 }
 SIGN_MISTAKES = [
     pytest.param(name, mistake.name, student, id=f"{name}-{mistake.name}-{label}")
@@ -281,6 +303,69 @@ class MHAIgnoringCausal(MHAHandWritten):
         return super().forward(query, key, value, attn_mask)
 
 
+def loss_over_every_position(logits, targets, loss_mask):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+
+def loss_summed(logits, targets, loss_mask):
+    return F.cross_entropy(logits[loss_mask], targets[loss_mask], reduction="sum")
+
+
+def loss_on_probabilities(logits, targets, loss_mask):
+    return F.cross_entropy(logits.softmax(dim=-1)[loss_mask], targets[loss_mask])
+
+
+def loss_per_sequence(logits, targets, loss_mask):
+    return torch.stack([loss_by_gather(*row) for row in zip(logits, targets, loss_mask,
+                                                             strict=True)]).mean()
+
+
+def train_step_without_zero_grad(model, optimizer, batch):
+    loss = loss_by_gather(model(batch.inputs), batch.targets, batch.loss_mask)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_step_on_the_inputs(model, optimizer, batch):
+    optimizer.zero_grad()
+    loss = loss_by_ignore_index(model(batch.inputs), batch.inputs, batch.loss_mask)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def train_step_stepping_first(model, optimizer, batch):
+    optimizer.zero_grad()
+    optimizer.step()
+    loss = loss_by_gather(model(batch.inputs), batch.targets, batch.loss_mask)
+    loss.backward()
+    return loss.detach()
+
+
+def decode_from_the_first_position(model, prompt, n_new):
+    tokens = prompt
+    for _ in range(n_new):
+        tokens = torch.cat([tokens, model(tokens).argmax(-1)[:, :1]], dim=1)
+    return tokens[:, prompt.shape[1]:]
+
+
+def decode_returning_the_prompt(model, prompt, n_new):
+    tokens = prompt
+    for _ in range(n_new):
+        tokens = torch.cat([tokens, model(tokens)[:, -1:].argmax(-1)], dim=1)
+    return tokens
+
+
+def accuracy_per_token(predicted, expected):
+    return (predicted == expected).float().mean()
+
+
+def accuracy_over_the_batch_axis(predicted, expected):
+    return (predicted == expected).all(dim=0).float().mean().item()
+
+
 STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     scores_over_d_times_values: ("scaled_dot_product_attention",
                                  ["1/D instead of 1/sqrt(D)",
@@ -317,6 +402,19 @@ STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must
     MHASplitByView: ("multi_head_attention", ["heads split with view and no transpose"]),
     MHASwappedKeyValue: ("multi_head_attention", ["key and value projections swapped"]),
     MHAIgnoringCausal: ("multi_head_attention", ["is_causal not passed on"]),
+    loss_over_every_position: ("copy_task_loss", ["loss over the prompt half too"]),
+    loss_summed: ("copy_task_loss", ["summed instead of averaged"]),
+    loss_on_probabilities: ("copy_task_loss", ["softmax applied before cross_entropy"]),
+    loss_per_sequence: ("copy_task_loss", ["averaged per sequence, then over sequences"]),
+    train_step_without_zero_grad: ("train_step",
+                                   ["gradients never reset (no optimizer.zero_grad())"]),
+    train_step_on_the_inputs: ("train_step", ["targets not shifted"]),
+    train_step_stepping_first: ("train_step", ["parameters never updated"]),
+    decode_from_the_first_position: ("greedy_decode",
+                                     ["decoding from the first position's logits"]),
+    decode_returning_the_prompt: ("greedy_decode", ["prompt returned with the new tokens"]),
+    accuracy_per_token: ("sequence_accuracy", ["token accuracy instead of sequence accuracy"]),
+    accuracy_over_the_batch_axis: ("sequence_accuracy", ["all() over the batch axis"]),
 }
 STUDENTS = [pytest.param(student, name, expected, id=f"{name}-{student.__name__}")
             for student, (name, expected) in STUDENT_MISTAKES.items()]

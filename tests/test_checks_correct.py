@@ -159,7 +159,7 @@ def first_input(name: str, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", ["softmax", "attention_scores", "scaled_dot_product_attention",
                                   "apply_mask", "masked_attention", "split_heads",
-                                  "multi_head_attention"])
+                                  "multi_head_attention", "copy_task_loss", "sequence_accuracy"])
 def test_seed_changes_the_inputs(name):
     assert torch.equal(first_input(name, 0), first_input(name, 0))
     assert not torch.equal(first_input(name, 0), first_input(name, 1))

@@ -1,5 +1,5 @@
 """Shortcuts are refused: calling the exercise's own reference, or the PyTorch built-in it
-re-implements. Functions of earlier lessons stay allowed."""
+re-implements. Functions of earlier lessons (and earlier exercises) stay allowed."""
 
 import pytest
 import torch
@@ -17,7 +17,7 @@ from check_solutions import (
 )
 from torch import nn
 
-from attention_course import attention, multihead
+from attention_course import attention, multihead, training
 
 SHORTCUT = "Shortcut refused"
 
@@ -111,9 +111,18 @@ def masked_attention_from_lesson_02(query, key, value, attn_mask=None, is_causal
     return weights @ value, weights
 
 
+def train_step_with_the_course_loss(model, optimizer, batch):
+    optimizer.zero_grad()
+    loss = training.copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 @pytest.mark.parametrize(("name", "student"), [
     ("masked_attention", masked_attention_from_lesson_02),
     ("multi_head_attention", MHAFromEarlierLessons),
+    ("train_step", train_step_with_the_course_loss),
 ])
 def test_earlier_lessons_are_allowed(name, student, capsys):
     check_of(name)(student)

@@ -12,7 +12,10 @@ from matplotlib.figure import Figure
 
 
 def _as_array(x) -> np.ndarray:
-    return x.detach().float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    if not isinstance(x, torch.Tensor):
+        return np.asarray(x)
+    x = x.detach().cpu()
+    return (x if x.dtype == torch.bool else x.float()).numpy()
 
 
 def _label_axes(ax, query_labels, key_labels) -> None:

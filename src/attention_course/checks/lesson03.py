@@ -270,10 +270,10 @@ def check_masked_attention(fn, seed: int = 0) -> None:
 
 # ---------------------------------------------------------------- nn.MultiheadAttention masks
 
-def mha_mask_variant(attn_mask, *, flip_bool=True):
-    if attn_mask.dtype == torch.bool and flip_bool:
-        return ~attn_mask
-    return attn_mask
+def mha_mask_variant(attn_mask, *, flip_bool=True, float_to_bool=False):
+    if attn_mask.dtype != torch.bool:
+        return attn_mask.isneginf() if float_to_bool else attn_mask
+    return ~attn_mask if flip_bool else attn_mask
 
 
 TO_MHA_MASK = Exercise(
@@ -286,6 +286,9 @@ TO_MHA_MASK = Exercise(
         Mistake("bool mask not inverted for nn.MultiheadAttention",
                 "nn.MultiheadAttention reads True as 'ignore this key': flip a bool mask "
                 "with ~mask (logical not).", {"flip_bool": False}),
+        Mistake("float mask converted to bool",
+                "A float mask is added to the scores in both conventions: return it unchanged.",
+                {"float_to_bool": True}),
     ),
     forbidden=forbid([masks.to_mha_mask]),
 )

@@ -106,6 +106,22 @@ def mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
     return (module.out_proj(out) if project_output else out), weights
 
 
+def _dropout_in_eval_mode(got, expected) -> bool:
+    """Weights that are the expected ones, some zeroed and the rest scaled by 1/(1-p)."""
+    weights, expected_weights = got[1], expected[1]
+    dropped = weights == 0
+    scale = (weights[~dropped] / expected_weights[~dropped]).mean()
+    return bool((dropped & (expected_weights > 0)).any()
+                and torch.allclose(weights[~dropped], scale * expected_weights[~dropped])
+                and scale > 1.0)
+
+
+DROPOUT_IN_EVAL_MODE = Mistake(
+    "dropout applied in eval mode",
+    "Dropout is for training only: pass dropout_p=self.dropout if self.training else 0.0.",
+    sign=_dropout_in_eval_mode)
+
+
 MHA_MISTAKES = (
     SPLIT_WITHOUT_TRANSPOSE,
     MERGE_WITHOUT_TRANSPOSE,
@@ -123,6 +139,7 @@ MHA_MISTAKES = (
             "Pass is_causal on to the attention function.", {"causal": False}),
     Mistake("attn_mask not passed on",
             "Pass attn_mask on to the attention function.", {"use_mask": False}),
+    DROPOUT_IN_EVAL_MODE,
 )
 
 
@@ -158,8 +175,10 @@ def check_multi_head_attention(cls, seed: int = 0) -> None:
 
 
 def _student_module(cls, reference: nn.Module) -> nn.Module:
+    """The student's module with the reference's weights, in eval mode with dropout 0.5: in eval
+    mode dropout must do nothing."""
     try:
-        student = cls(reference.d_model, reference.n_heads)
+        student = cls(reference.d_model, reference.n_heads, dropout=0.5)
         student.load_state_dict(reference.state_dict())
     except Exception as err:
         raise AssertionError(

@@ -105,16 +105,25 @@ def training_run(train_step, seed: int, optimizer: str, steps: int = 3):
     generator = seeded_generator(seed)
     losses = [train_step(model, opt, task.batch(4, generator)) for _ in range(steps)]
     parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return torch.tensor([float(loss) for loss in losses], dtype=torch.float64), parameters
+    return _as_number(losses, "train_step", "the loss"), parameters
+
+
+def _as_number(value, name: str, what: str) -> torch.Tensor:
+    """The student's returned number(s) as float64, with a clear error if nothing came back."""
+    if value is None or (isinstance(value, list) and None in value):
+        raise TypeError(f"{name} returned None: return {what}")
+    values = [float(v) for v in value] if isinstance(value, list) else value
+    return torch.as_tensor(values, dtype=torch.float64)
 
 
 TRAIN_STEP_MISTAKES = (
     Mistake("gradients never reset (no optimizer.zero_grad())",
             "backward() adds to .grad: call optimizer.zero_grad() before each backward pass.",
             {"zero_grad": False}),
-    Mistake("no optimizer.step() after loss.backward()",
-            "backward() only computes gradients; optimizer.step() applies them, so it comes "
-            "after backward() (a step before it finds no gradients and does nothing).",
+    Mistake("parameters never updated",
+            "The order is zero_grad(), forward, loss.backward(), optimizer.step(): backward() "
+            "only computes gradients and step() applies them. A step() before backward(), or a "
+            "zero_grad() between them, finds no gradients and does nothing.",
             {"step": False}),
     TARGETS_NOT_SHIFTED,
     PROMPT_HALF_TOO,
@@ -165,6 +174,19 @@ def decoding_model(seed: int) -> DecoderOnlyTransformer:
     return model
 
 
+GREEDY_DECODE_MISTAKES = (
+    Mistake("decoding from the first position's logits",
+            "The next token is predicted at the LAST position: logits[:, -1].",
+            {"position": 0}),
+    Mistake("decoding feeds back the wrong token",
+            "Append the token you just predicted, so the next step sees it.",
+            {"feed": "repeat"}),
+    Mistake("prompt returned with the new tokens",
+            "Return only the n_new generated tokens: tokens[:, prompt.shape[1]:].",
+            {"keep_prompt": True}),
+)
+
+
 def check_greedy_decode(fn, seed: int = 0) -> None:
     """Check greedy_decode(model, prompt, n_new) -> (B, n_new) on a small seeded model.
 
@@ -177,17 +199,7 @@ def check_greedy_decode(fn, seed: int = 0) -> None:
         inputs=("prompt", "n_new"),
         outputs=(("tokens", "(B, n_new): only the new tokens"),),
         variant=lambda prompt, n, **knobs: decode_variant(model, prompt, n, **knobs),
-        mistakes=(
-            Mistake("decoding from the first position's logits",
-                    "The next token is predicted at the LAST position: logits[:, -1].",
-                    {"position": 0}),
-            Mistake("decoding feeds back the wrong token",
-                    "Append the token you just predicted, so the next step sees it.",
-                    {"feed": "repeat"}),
-            Mistake("prompt returned with the new tokens",
-                    "Return only the n_new generated tokens: tokens[:, prompt.shape[1]:].",
-                    {"keep_prompt": True}),
-        ),
+        mistakes=GREEDY_DECODE_MISTAKES,
         forbidden=forbid([training.greedy_decode]),
     )
     cases = [
@@ -238,5 +250,5 @@ def check_sequence_accuracy(fn, seed: int = 0) -> None:
         Case("every token right but the last of each sequence",
              (torch.cat([expected[:, :-1], (expected[:, -1:] + 1) % 10], dim=1), expected)),
     ]
-    run_check(SEQUENCE_ACCURACY, lambda p, e: torch.as_tensor(fn(p, e), dtype=torch.float64),
-              cases)
+    run_check(SEQUENCE_ACCURACY,
+              lambda p, e: _as_number(fn(p, e), "sequence_accuracy", "the accuracy"), cases)

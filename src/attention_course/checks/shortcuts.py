@@ -1,5 +1,6 @@
 """Catching shortcuts: a student's function must not call what it is meant to re-implement."""
 
+import inspect
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -27,7 +28,9 @@ def _is_torch_builtin(fn) -> bool:
 
 
 def _code_of(fn) -> types.CodeType | None:
-    fn = getattr(fn, "__func__", fn)
+    # unwrap decorators: a wrapper's code (torch.no_grad's, say) is shared by every function
+    # it decorates, the student's own included; the wrapped function runs when the wrapper does
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
     return getattr(fn, "__code__", None)
 
 
