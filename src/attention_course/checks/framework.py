@@ -175,7 +175,8 @@ def _output_problem(exercise: Exercise, got: tuple, expected: tuple) -> str | No
 def _dtype_hint(expected: torch.dtype) -> str:
     if expected == torch.bool:
         return "a mask is bool (True = may attend); build it with comparisons or dtype=torch.bool"
-    return "keep the dtype of the inputs (do not hard-code float32)"
+    return ("follow the dtype of the float inputs, or torch's default float32 when there are "
+            "none (do not hard-code a dtype)")
 
 
 def matches(got: Tensor, expected: Tensor) -> bool:

@@ -36,11 +36,11 @@ def check_one_hot_embedding(fn, seed: int = 0) -> None:
 # ---------------------------------------------------------------- sinusoidal positions
 
 def positional_variant(seq_len, d_model, *, swap=False, exponent="2i", layout="interleaved",
-                       start=0):
+                       start=0, inverted=False):
     t = torch.arange(start, start + seq_len, dtype=torch.float64)[:, None]  # (T, 1)
     j = torch.arange(d_model)  # (C,)
-    power = {"2i": j - j % 2, "i": j // 2, "j": j}[exponent] / d_model
-    angles = t / 10000.0 ** power  # (T, C)
+    power = {"2i": j - j % 2, "i": j // 2, "j": j, "4i": 2 * (j - j % 2)}[exponent] / d_model
+    angles = t * 10000.0 ** power if inverted else t / 10000.0 ** power  # (T, C)
     first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
     if layout == "concatenated":
         pair_angles = angles[:, 0::2]  # (T, C/2)
@@ -69,6 +69,12 @@ SINUSOIDAL_POSITIONAL_ENCODING = Exercise(
         Mistake("sin and cos concatenated instead of interleaved",
                 "This lesson interleaves them: sin in the even dimensions, cos in the odd ones "
                 "(pe[:, 0::2] and pe[:, 1::2]).", {"layout": "concatenated"}),
+        Mistake("the 2 of 2i counted twice (exponent 4i / C)",
+                "torch.arange(0, C, 2) already gives 2i = 0, 2, 4, ...: divide it by C without "
+                "multiplying by 2 again.", {"exponent": "4i"}),
+        Mistake("frequency inverted (t * 10000^(2i/C))",
+                "The angle is t / 10000^(2i / C): high dimensions turn slowly, with wavelengths "
+                "up to 2*pi*10000.", {"inverted": True}),
         Mistake("positions counted from 1",
                 "The first position is t = 0, so PE[0] = [0, 1, 0, 1, ...].", {"start": 1}),
     ),
