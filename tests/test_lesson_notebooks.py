@@ -87,6 +87,25 @@ MISTAKES = {
         out, weights = scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal)
         return out.transpose(1, 2).flatten(-2), weights
         """, "missing output projection"),
+    "copy_task_loss": ("""
+        per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+        return per_token.mean()
+        """, "loss over the prompt half too"),
+    "train_step": ("""
+        loss = copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+        """, "gradients never reset"),
+    "greedy_decode": ("""
+        tokens = prompt
+        for _ in range(n_new):
+            tokens = torch.cat([tokens, model(tokens)[:, 0].argmax(-1, keepdim=True)], dim=1)
+        return tokens[:, prompt.shape[1]:]
+        """, "decoding from the first position's logits"),
+    "sequence_accuracy": ("""
+        return (predicted == expected).float().mean().item()
+        """, "token accuracy instead of sequence accuracy"),
 }
 
 

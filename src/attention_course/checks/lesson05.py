@@ -3,6 +3,7 @@ sequence accuracy."""
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .. import training
 from ..data import CopyTask, seeded_generator
@@ -22,15 +23,18 @@ TARGETS_NOT_SHIFTED = Mistake(
 # ---------------------------------------------------------------- the masked loss
 
 def loss_variant(logits, targets, loss_mask, *, positions="answer", reduction="mean",
-                 softmax_first=False):
+                 softmax_first=False, log_softmax=True):
     scores = logits.softmax(dim=-1) if softmax_first else logits
-    per_token = F.cross_entropy(scores.transpose(1, 2), targets, reduction="none")  # (B, L)
+    loss_fn = F.cross_entropy if log_softmax else F.nll_loss
+    per_token = loss_fn(scores.transpose(1, 2), targets, reduction="none")  # (B, L)
     mask = {"answer": loss_mask, "all": torch.ones_like(loss_mask), "prompt": ~loss_mask}
     mask = mask[positions]
     if reduction == "sum":
         return per_token[mask].sum()
     if reduction == "per_sequence":
         return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+    if reduction == "all_positions":
+        return (per_token * mask).mean()
     return per_token[mask].mean()
 
 
@@ -51,6 +55,12 @@ COPY_TASK_LOSS = Exercise(
         Mistake("averaged per sequence, then over sequences",
                 "Average over all counted tokens at once: sequences with more answer tokens "
                 "should weigh more.", {"reduction": "per_sequence"}),
+        Mistake("masked positions counted in the mean",
+                "(per_token * loss_mask).mean() divides by every position, counted or not: "
+                "divide the sum by loss_mask.sum() instead.", {"reduction": "all_positions"}),
+        Mistake("nll_loss on raw logits (no log_softmax)",
+                "F.nll_loss expects log-probabilities: use F.cross_entropy on the logits, or "
+                "log_softmax first.", {"log_softmax": False}),
         Mistake("softmax applied before cross_entropy",
                 "F.cross_entropy takes raw logits and applies log-softmax itself.",
                 {"softmax_first": True}),
@@ -160,18 +170,23 @@ def decode_variant(model, prompt, n_new, *, position=-1, feed="prediction",
         for _ in range(n_new):
             next_token = model(tokens)[:, position].argmax(dim=-1, keepdim=True)  # (B, 1)
             predicted.append(next_token)
-            tokens = torch.cat([tokens, next_token if feed == "prediction" else tokens[:, -1:]],
-                               dim=1)
+            fed_back = {"prediction": next_token, "repeat": tokens[:, -1:]}.get(feed)
+            tokens = next_token if feed == "only_new" else torch.cat([tokens, fed_back], dim=1)
     out = torch.cat(predicted, dim=1)
     return torch.cat([prompt, out], dim=1) if keep_prompt else out
 
 
-def decoding_model(seed: int) -> DecoderOnlyTransformer:
-    torch.manual_seed(seed)
-    model = DecoderOnlyTransformer(7, 16, d_model=16).eval()
-    with torch.no_grad():  # sharper logits, so greedy choices depend on the context
-        model.head.weight.mul_(8.0)
-    return model
+class PrefixSumModel(nn.Module):
+    """A stand-in language model: at every position it predicts (sum of the tokens so far)
+    mod V, so greedy decoding is right only if each step sees the whole, growing sequence."""
+
+    def __init__(self, vocab_size: int = 7):
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, tokens):
+        next_token = tokens.cumsum(dim=-1) % self.vocab_size  # (B, T)
+        return 5.0 * F.one_hot(next_token, self.vocab_size).float()  # (B, T) -> (B, T, V)
 
 
 GREEDY_DECODE_MISTAKES = (
@@ -181,6 +196,10 @@ GREEDY_DECODE_MISTAKES = (
     Mistake("decoding feeds back the wrong token",
             "Append the token you just predicted, so the next step sees it.",
             {"feed": "repeat"}),
+    Mistake("decoding forgets the context (feeds only the new token)",
+            "Each step reads the prompt and everything generated so far: append the new token "
+            "to the sequence (torch.cat along dim=1) instead of replacing it.",
+            {"feed": "only_new"}),
     Mistake("prompt returned with the new tokens",
             "Return only the n_new generated tokens: tokens[:, prompt.shape[1]:].",
             {"keep_prompt": True}),
@@ -188,11 +207,12 @@ GREEDY_DECODE_MISTAKES = (
 
 
 def check_greedy_decode(fn, seed: int = 0) -> None:
-    """Check greedy_decode(model, prompt, n_new) -> (B, n_new) on a small seeded model.
+    """Check greedy_decode(model, prompt, n_new) -> (B, n_new) with a stand-in model whose
+    next token depends on the whole sequence so far.
 
     Lesson: 05_copy_task
     """
-    model, g = decoding_model(seed), seeded(seed)
+    model, g = PrefixSumModel(), seeded(seed)
     exercise = Exercise(
         name="greedy_decode",
         reference=lambda prompt, n: training.greedy_decode(model, prompt, n),
