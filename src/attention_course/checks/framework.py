@@ -12,7 +12,7 @@ output has NaN; bool outputs must be equal.
 """
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -127,9 +127,13 @@ def _probe_weights(output: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------- judging, no student code
 
-def judge(exercise: Exercise, case: Case, observation: Observation,
-          expected: Observation) -> Verdict:
-    """Compare an observation of the student's code with the reference's on the same case."""
+def judge(exercise: Exercise, case: Case, observation: Observation, expected: Observation,
+          others: Sequence[tuple[Case, Observation]] = ()) -> Verdict:
+    """Compare an observation of the student's code with the reference's on the same case.
+
+    ``others`` are the student's observations on the other cases; they settle a diagnosis when
+    several catalogued mistakes explain this case equally well.
+    """
     name, where = exercise.name, _describe(exercise, case)
     if observation.error == "NotImplementedError":
         return Verdict(False, f"{name}: not implemented yet. Replace `raise "
@@ -147,7 +151,7 @@ def judge(exercise: Exercise, case: Case, observation: Observation,
                               f"(masked_fill, not masked_fill_; x = x - m, not x -= m).")
     problem = _output_problem(exercise, observation.outputs, expected.outputs)
     if problem:
-        return _explain(exercise, case, observation, expected, problem)
+        return _explain(exercise, case, observation, expected, problem, others)
     if case.grad:
         problem = _gradient_problem(observation.grads, expected.grads)
         if problem:
@@ -218,9 +222,13 @@ def _gradient_problem(got: dict, expected: dict) -> str | None:
 
 # ---------------------------------------------------------------- diagnosis
 
-def diagnose(exercise: Exercise, case: Case, got: tuple,
-             expected: tuple) -> list[Mistake] | None:
-    """The catalogued mistake (or pair of mistakes) that explains ``got``, if any."""
+def diagnose(exercise: Exercise, case: Case, got: tuple, expected: tuple,
+             others: Sequence[tuple[Case, Observation]] = ()) -> list[Mistake] | None:
+    """The catalogued mistake (or pair of mistakes) that explains ``got``, if any.
+
+    Single mistakes are preferred to pairs; among several that explain ``got``, the one that
+    also explains the student's outputs on most ``others`` wins.
+    """
     for mistake in exercise.mistakes:
         if mistake.sign is not None and _shows_sign(mistake, got, expected):
             return [mistake]
@@ -230,11 +238,17 @@ def diagnose(exercise: Exercise, case: Case, got: tuple,
     singles = [[m] for m in variants]
     pairs = [[a, b] for a, b in itertools.combinations(variants, 2)
              if not a.knobs.keys() & b.knobs.keys()]
-    for combination in singles + pairs:
-        knobs = {k: v for m in combination for k, v in m.knobs.items()}
-        if _variant_matches(exercise, case, knobs, got):
-            return combination
+    for combinations in (singles, pairs):
+        found = [c for c in combinations if _variant_matches(exercise, case, _knobs(c), got)]
+        if found:
+            return max(found, key=lambda c: sum(
+                _variant_matches(exercise, other, _knobs(c), seen.outputs)
+                for other, seen in others))
     return None
+
+
+def _knobs(combination: list[Mistake]) -> dict:
+    return {k: v for mistake in combination for k, v in mistake.knobs.items()}
 
 
 def _shows_sign(mistake: Mistake, got: tuple, expected: tuple) -> bool:
@@ -254,9 +268,9 @@ def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple) ->
 
 
 def _explain(exercise: Exercise, case: Case, observation: Observation, expected: Observation,
-             problem: str) -> Verdict:
+             problem: str, others: Sequence[tuple[Case, Observation]]) -> Verdict:
     message = f"{exercise.name}: {problem}\n  tested: {_describe(exercise, case)}"
-    found = diagnose(exercise, case, observation.outputs, expected.outputs)
+    found = diagnose(exercise, case, observation.outputs, expected.outputs, others)
     if not found:
         return Verdict(False, message)
     names = " + ".join(f'"{m.name}"' for m in found)
@@ -272,10 +286,12 @@ def run_check(exercise: Exercise, student: Callable, cases: list[Case],
               reference_parameters: dict | None = None) -> None:
     """Judge ``student`` on every case; print one line on success, raise AssertionError else."""
     reference = reference or exercise.reference
-    for case in cases:
+    seen = [observe(exercise, student, case, student_parameters) for case in cases]
+    answered = [(case, o) for case, o in zip(cases, seen, strict=True) if o.outputs is not None]
+    for case, observation in zip(cases, seen, strict=True):
         expected = observe(_trusted(exercise), reference, case, reference_parameters)
-        verdict = judge(exercise, case, observe(exercise, student, case, student_parameters),
-                        expected)
+        others = [(c, o) for c, o in answered if c is not case]
+        verdict = judge(exercise, case, observation, expected, others)
         if not verdict.ok:
             raise AssertionError(verdict.message)
     print(f"ok: {exercise.name} passed {len(cases)} checks")

@@ -17,11 +17,14 @@ NO_BUILT_IN_ATTENTION = (nn.MultiheadAttention.forward, F.multi_head_attention_f
 
 # ---------------------------------------------------------------- softmax
 
-def softmax_variant(x, dim=-1, *, stable=True, normalise_over="dim"):
-    axis = {"all": None, "last": -1, "dim": dim}[normalise_over]
-    keep = {} if axis is None else {"dim": axis, "keepdim": True}
-    exps = (x - x.amax(**keep) if stable else x).exp()
-    return exps / exps.sum(**keep)
+def softmax_variant(x, dim=-1, *, shift="dim", normalise_over="dim"):
+    def over(axis):  # keyword arguments reducing along an axis, or over everything
+        return {} if axis is None else {"dim": axis, "keepdim": True}
+
+    axes = {"all": None, "global": None, "last": -1, "dim": dim}
+    shifted = x if shift == "none" else x - x.amax(**over(axes[shift]))
+    exps = shifted.exp()
+    return exps / exps.sum(**over(axes[normalise_over]))
 
 
 SOFTMAX = Exercise(
@@ -34,7 +37,11 @@ SOFTMAX = Exercise(
         Mistake("no max-subtraction (exp overflows on large logits)",
                 "exp(1000) is inf in floating point. Subtract the maximum along `dim` "
                 "(keepdim=True) before exp(): the result is mathematically the same.",
-                {"stable": False}),
+                {"shift": "none"}),
+        Mistake("max over the whole tensor instead of along dim",
+                "One global maximum leaves rows far below it with exp() underflowing to 0, and "
+                "0/0 = NaN: subtract each slice's own maximum (amax(dim=dim, keepdim=True)).",
+                {"shift": "global"}),
         Mistake("sum over the whole tensor instead of along dim",
                 "Each slice along `dim` must sum to 1: pass dim= and keepdim=True to sum().",
                 {"normalise_over": "all"}),
@@ -87,6 +94,11 @@ SCALE_MISTAKES = (
             "The scale is 1/sqrt(D): divide by sqrt(D).", {"scale_rule": "times_sqrt"}),
 )
 
+IGNORES_SCALE = Mistake(
+    "ignores the scale argument",
+    "Use `scale` when it is given; fall back to 1/sqrt(D) only when it is None.",
+    {"honour_scale": False})
+
 ATTENTION_SCORES = Exercise(
     name="attention_scores",
     reference=attention.attention_scores,
@@ -94,9 +106,7 @@ ATTENTION_SCORES = Exercise(
     outputs=(("scores", "(B, H, T, S): one row per query, one column per key"),),
     variant=scores_variant,
     mistakes=SCALE_MISTAKES + (
-        Mistake("ignores the scale argument",
-                "Use `scale` when it is given; fall back to 1/sqrt(D) only when it is None.",
-                {"honour_scale": False}),
+        IGNORES_SCALE,
         Mistake("scores transposed (keys x queries)",
                 "Compute query @ key^T, so row t holds query t against every key: "
                 "(B,H,T,D) @ (B,H,D,S) -> (B,H,T,S).", {"transpose": True}),
@@ -133,8 +143,8 @@ def check_attention_scores(fn, seed: int = 0) -> None:
 # ---------------------------------------------------------------- scaled dot-product attention
 
 def attention_variant(query, key, value, scale=None, *, scale_rule="sqrt", softmax_dim=-1,
-                      mix="weights"):
-    scores = scores_variant(query, key, scale, scale_rule=scale_rule)
+                      mix="weights", honour_scale=True):
+    scores = scores_variant(query, key, scale, scale_rule=scale_rule, honour_scale=honour_scale)
     weights = torch.softmax(scores, dim=softmax_dim)
     return (weights if mix == "weights" else scores) @ value, weights
 
@@ -161,7 +171,7 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
     inputs=("query", "key", "value"),
     outputs=ATTENTION_OUTPUTS,
     variant=attention_variant,
-    mistakes=SCALE_MISTAKES + (SOFTMAX_OVER_QUERIES, SCORES_TIMES_VALUES),
+    mistakes=SCALE_MISTAKES + (SOFTMAX_OVER_QUERIES, SCORES_TIMES_VALUES, IGNORES_SCALE),
     forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
                      ATTENTION_BUILTINS),
 )
