@@ -34,14 +34,18 @@ def test_committed_notebooks_match_a_fresh_generation(lesson, fresh):
         f"notebooks/{lesson} is out of date: run `make release` and commit the result"
 
 
+REGION = re.compile(r"### BEGIN (?:SOLUTION|HIDDEN TESTS)\n(.*?)### END (?:SOLUTION|HIDDEN TESTS)",
+                    re.S)
+
+
 def solution_lines(lesson: str) -> set[str]:
-    """Every distinctive line of the solution regions and hidden tests of a lesson."""
-    lines = set()
-    for cell in read(SOLUTIONS, lesson).cells:
-        for region in re.findall(r"BEGIN (?:SOLUTION|HIDDEN TESTS)\n(.*?)### END", cell.source,
-                                 re.S):
-            lines |= {line.strip() for line in region.splitlines() if len(line.strip()) > 12}
-    return lines
+    """Distinctive lines that only the solution regions and hidden tests of a lesson contain
+    (a line that the visible part of the source shows too is no secret)."""
+    sources = [cell.source for cell in read(SOLUTIONS, lesson).cells]
+    visible = "\n".join(REGION.sub("", source) for source in sources)
+    hidden = {line.strip() for source in sources for region in REGION.findall(source)
+              for line in region.splitlines()}
+    return {line for line in hidden if len(line) > 12 and line not in visible}
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -62,14 +66,16 @@ def test_every_practice_stub_raises_not_implemented(lesson):
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
-def test_every_exercise_has_a_locked_graded_check_with_hidden_tests(lesson):
+def test_every_exercise_is_followed_by_its_locked_graded_check(lesson):
     cells = read(SOLUTIONS, lesson).cells
-    checks = [c for c in cells if grading(c).get("grade")]
-    assert len(checks) == sum(bool(grading(c).get("solution")) for c in cells)
-    for cell in checks:
+    for i, cell in enumerate(cells):
+        if grading(cell).get("solution"):
+            check = cells[i + 1]
+            assert grading(check).get("grade"), f"no check cell right after {grading(cell)}"
+            assert f"from attention_course.checks import {grading(check)['grade_id']}" \
+                in check.source
+    for cell in (c for c in cells if grading(c).get("grade")):
         assert grading(cell)["locked"] and grading(cell)["points"] > 0
-        name = grading(cell)["grade_id"]
-        assert f"from attention_course.checks import {name}" in cell.source
         assert "### BEGIN HIDDEN TESTS" in cell.source
 
 
