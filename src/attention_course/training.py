@@ -135,7 +135,7 @@ def train(model: nn.Module, task: CopyTask, config: TrainConfig = TrainConfig(),
     device = torch.device(device or next(model.parameters()).device)
     model.to(device)
     generator = seeded_generator(config.seed, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, fused=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     held_out = task.batch(config.eval_sequences, seeded_generator(config.seed + 1, device))
     warmup = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps))
@@ -147,9 +147,9 @@ def train(model: nn.Module, task: CopyTask, config: TrainConfig = TrainConfig(),
         if step % config.eval_every == 0 or step == config.max_steps:
             history.loss.extend(torch.stack(losses).tolist())  # one device sync per evaluation
             losses.clear()
+            accuracy = teacher_forced_accuracy(model, held_out)
             history.eval_steps.append(step)
-            history.accuracy.append(teacher_forced_accuracy(model, held_out))
-            accuracy = history.accuracy[-1]
+            history.accuracy.append(accuracy)
             bar.set_postfix(loss=f"{history.loss[-1]:.3f}", accuracy=f"{accuracy:.1%}")
             if config.target_accuracy is not None and accuracy >= config.target_accuracy:
                 break
