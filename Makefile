@@ -44,7 +44,7 @@ test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check src tests grader docs
+	$(BIN)/ruff check src tests grader docs benchmarks
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
