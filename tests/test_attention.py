@@ -94,7 +94,8 @@ def test_matches_torch_scaled_dot_product_attention(gen, case):
     q, k, v, mask = parity_inputs(gen, **case)
     is_causal, scale = case.get("is_causal", False), case.get("scale")
     out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
-    # torch 2.13 refuses attn_mask together with is_causal: give it the AND of both instead.
+    # torch 2.13 refuses some masks together with is_causal (this (B, 1, T, S) one; a (T, S)
+    # mask it ANDs): give it the AND of both instead.
     if is_causal and mask is not None:
         mask, is_causal = mask & tril(q.shape[-2], k.shape[-2]), False
     expected = F.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
