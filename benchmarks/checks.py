@@ -47,18 +47,28 @@ def failing_student(name: str):
     return partial(exercise.variant, **knobs[-1]) if knobs else None
 
 
+def measure(repeats: int = 7) -> list[dict]:
+    """Median seconds of every check, with a correct answer and (where one exists) a wrong one."""
+    rows = []
+    for name, implementations in CORRECT.items():
+        check, wrong = check_of(name), failing_student(name)
+        rows.append({
+            "check": name,
+            "pass_s": seconds(partial(check, implementations[0]), repeats),
+            "fail_s": seconds(partial(check, wrong), repeats) if wrong else None,
+        })
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     torch.set_num_threads(2)
     print(f"{'check':34} {'pass (s)':>9} {'fail (s)':>9}")
-    for name, implementations in CORRECT.items():
-        check = check_of(name)
-        passing = seconds(lambda: check(implementations[0]), args.repeats)  # noqa: B023
-        wrong = failing_student(name)
-        failing = seconds(lambda: check(wrong), args.repeats) if wrong else float("nan")  # noqa: B023
-        print(f"{name:34} {passing:9.3f} {failing:9.3f}")
+    for row in measure(args.repeats):
+        failing = "-" if row["fail_s"] is None else f"{row['fail_s']:.3f}"
+        print(f"{row['check']:34} {row['pass_s']:9.3f} {failing:>9}")
 
 
 if __name__ == "__main__":

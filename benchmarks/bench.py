@@ -1,0 +1,91 @@
+"""`make bench`: every performance figure of the course, measured side by side in one run.
+
+Sections (each a module of this folder): lesson notebooks against the kernel-start floor, the
+copy task's steps and seconds to 99% over seeds, the attention cost curve, and the time of every
+check. Writes results.json and attention_cost.png to --out (default: this folder) and prints a
+summary. --quick runs a small version of each section, as a smoke test.
+
+Run: .venv/bin/python benchmarks/bench.py [--quick] [--out DIR]
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import attention_cost  # noqa: E402
+import checks  # noqa: E402
+import copy_task  # noqa: E402
+
+import notebooks  # noqa: E402
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def sections(quick: bool) -> dict:
+    """Section name -> a function measuring it."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {
+        "notebooks": lambda: notebooks.measure(repeats=1 if quick else 3,
+                                               limit=1 if quick else None),
+        "copy_task": lambda: copy_task.measure(seeds=1 if quick else 5, device=device),
+        "attention_cost": lambda: attention_cost.measure(quick),
+        "checks": lambda: checks.measure(repeats=1 if quick else 7),
+    }
+
+
+def report(results: dict) -> None:
+    lessons = results["notebooks"]
+    print(f"notebooks: floor {lessons['floor_seconds']:.1f} s; " + ", ".join(
+        f"{r['lesson']} {r['seconds']:.1f} s ({r['ratio_to_floor']:.1f}x)"
+        for r in lessons["lessons"]))
+    steps, secs, accuracy = (results["copy_task"]["summary"][k]
+                             for k in ("steps", "seconds", "accuracy"))
+    print(f"copy task: median {steps['median']:.0f} steps ({steps['min']}-{steps['max']}), "
+          f"{secs['median']:.1f} s ({secs['min']:.1f}-{secs['max']:.1f}), "
+          f"held-out accuracy >= {accuracy['min']:.2%}")
+    cost = {(r["implementation"], r["T"]): r for r in results["attention_cost"]}
+    longest = max(T for _, T in cost)
+    for ours, theirs in (("course attention", "torch sdpa"), ("course MHA", "torch MHA")):
+        a, b = cost[ours, longest], cost[theirs, longest]
+        memory = max(a["peak_bytes"], 1) / max(b["peak_bytes"], 1)
+        print(f"attention at T={longest}: {ours} / {theirs}: "
+              f"time x{a['seconds'] / b['seconds']:.1f}, memory x{memory:.1f}")
+    slowest = max(results["checks"], key=lambda r: r["pass_s"])
+    print(f"checks: slowest {slowest['check']} {slowest['pass_s'] * 1e3:.0f} ms per call")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run of every section")
+    parser.add_argument("--out", type=Path, default=HERE, help="where results go")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results, seconds = {"machine": machine(), "quick": args.quick}, {}
+    for name, measure in sections(args.quick).items():
+        start = time.perf_counter()
+        results[name] = measure()
+        seconds[name] = time.perf_counter() - start
+        print(f"[{name}: {seconds[name]:.0f} s]", flush=True)
+    results["section_seconds"] = seconds
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    attention_cost.plot(results["attention_cost"], args.out / "attention_cost.png")
+    report(results)
+    print(f"wrote {args.out / 'results.json'} and {args.out / 'attention_cost.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""`make bench QUICK=1` produces every figure (a smoke test: it never asserts a speed)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from notebook_tools import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_bench_produces_every_figure(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--quick",
+                    "--out", str(tmp_path)], check=True, capture_output=True, cwd=ROOT)
+    results = json.loads((tmp_path / "results.json").read_text())
+
+    lessons = results["notebooks"]
+    assert lessons["floor_seconds"] > 0 and lessons["lessons"]
+    assert all(row["seconds"] > 0 and row["ratio_to_floor"] > 0 for row in lessons["lessons"])
+    runs = results["copy_task"]["runs"]
+    assert runs and all(run["steps"] > 0 and 0 <= run["accuracy"] <= 1 for run in runs)
+    cost = results["attention_cost"]
+    assert {row["implementation"] for row in cost} == {
+        "course attention", "torch sdpa", "course MHA", "torch MHA"}
+    assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in cost)
+    assert len(results["checks"]) >= 18 and all(row["pass_s"] > 0 for row in results["checks"])
+    assert (tmp_path / "attention_cost.png").read_bytes().startswith(b"\x89PNG")
