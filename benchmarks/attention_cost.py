@@ -12,10 +12,11 @@ Run: .venv/bin/python benchmarks/attention_cost.py [--quick]
 
 import argparse
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -47,16 +48,34 @@ def workload(name: str, T: int, device: torch.device):
     return lambda: module(x, x, x, need_weights=False)[0].sum().backward()
 
 
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def peak_bytes(run, device: torch.device) -> int:
-    """Extra peak memory of one call of ``run``: CUDA allocator or process peak RSS."""
+    """Extra peak memory of one call of ``run``: the CUDA allocator's peak, or on the CPU the
+    highest resident memory seen by a thread sampling every 0.2 ms (large tensors are mapped
+    and unmapped as they live and die, so resident memory follows them)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
         run()
         return torch.cuda.max_memory_allocated() - before
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before, peak, done = resident_bytes(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_bytes())
+            time.sleep(0.0002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
     run()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    done.set()
+    sampler.join()
+    return max(peak[0] - before, 0)
 
 
 def median_seconds(run, device: torch.device, repeats: int) -> float:
