@@ -1,6 +1,7 @@
 # Attention, step by step: set up, open and test the course.
 #   make lab    install if needed, then open JupyterLab on your own working copy (work/)
 #   make test   install if needed, then run the whole test suite
+#   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,7 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: install lab working-copy release test lint clean
+.PHONY: install chromium lab working-copy formgrader release test bench lint clean
 
 install: $(INSTALLED)
 
@@ -19,6 +20,18 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
+
+# The browser tests (tests/browser) drive Debian's chromium through Playwright, which never
+# downloads a browser of its own. Installed once with apt-get; when that is impossible the
+# browser tests fail and say why.
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+chromium:
+	@[ -x $(CHROMIUM) ] || { echo "Installing chromium for the browser tests (apt-get)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; } || \
+		echo "Could not install chromium: the browser tests will fail and say why."
 
 # Copy lessons that are not in the working copy yet; never overwrite the student's edits.
 working-copy:
@@ -36,12 +49,27 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: install working-copy
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
 
+# The instructor's JupyterLab: nbgrader reads grader/nbgrader_config.py from the server's working
+# directory, and its course root (the repository) must lie inside the server's root directory.
+COURSE_WORKSPACE ?= $(or $(ATTENTION_COURSE_WORKSPACE),course)
+
+formgrader: install
+	@mkdir -p $(COURSE_WORKSPACE)
+	@echo "The formgrader is under Nbgrader > Formgrader, or at /lab?formgrader=true"
+	cd grader && export PATH="$(abspath $(BIN)):$$PATH" \
+		ATTENTION_COURSE_WORKSPACE="$(abspath $(COURSE_WORKSPACE))" && \
+		jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) $(ALLOW_ROOT)
+
 # Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
 release: install
 	$(BIN)/python grader/release.py
 
-test: install
-	$(BIN)/python -m pytest
+test: install chromium
+	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+
+# Every performance figure, measured side by side; QUICK=1 for a small smoke run.
+bench: install
+	$(BIN)/python benchmarks/bench.py $(if $(QUICK),--quick --out $(or $(OUT),/tmp/attention-course-bench))
 
 lint: install
 	$(BIN)/ruff check src tests grader docs benchmarks

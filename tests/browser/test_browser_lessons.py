@@ -1,0 +1,86 @@
+"""Every lesson in JupyterLab in a real browser: the student notebooks render, and each solution
+notebook runs from the Run menu with no error, its figures drawn and its widgets working."""
+
+import re
+import shutil
+
+import pytest
+from lab_pages import Notebook, hide_file_browser, move_slider
+from notebook_tools import NOTEBOOKS, SOLUTIONS, lessons, read
+from playwright.sync_api import expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+LESSONS = lessons()
+README_LESSON = "02_scaled_dot_product"  # the README shows its temperature slider and heatmap
+
+
+@pytest.fixture(scope="module")
+def lab(lab_servers, tmp_path_factory):
+    """One JupyterLab server for the module, on a fresh copy of notebooks/ and solutions/."""
+    root = tmp_path_factory.mktemp("course")
+    for folder in (NOTEBOOKS, SOLUTIONS):
+        shutil.copytree(folder, root / folder.name,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    return lab_servers.jupyter_lab(root)
+
+
+@pytest.fixture
+def open_lesson(lab, page):
+    """``open_lesson(folder, lesson)`` opens one lesson's notebook in a fresh tab; its kernel
+    is shut down after the test."""
+
+    def open_(folder, lesson: str) -> Notebook:
+        cells = read(folder, lesson).cells
+        return Notebook.open(page, lab.link(f"{folder.name}/{lesson}/{lesson}.ipynb"), len(cells))
+
+    yield open_
+    lab.shut_down_kernels()
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_student_notebook_renders(lesson, open_lesson, screenshot):
+    cells = read(NOTEBOOKS, lesson).cells
+    notebook = open_lesson(NOTEBOOKS, lesson)
+
+    header = notebook.cells.first.locator(".jp-RenderedMarkdown")
+    title = re.search(r"^# (.+)$", cells[0].source, re.M).group(1)
+    expect(header.locator("h1")).to_contain_text(title)
+    badge_target = re.search(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]+)\)",
+                             cells[0].source).group(1)  # test_release checks the address itself
+    expect(header.locator(f'a[href="{badge_target}"] img[alt="Open In Colab"]')).to_be_visible()
+
+    code = notebook.page.locator(".jp-Notebook .jp-CodeCell")
+    expect(code).to_have_count(sum(cell.cell_type == "code" for cell in cells))
+    expect(code.first).to_be_visible()
+    expect(code.first).to_contain_text('USE_GPU = True  # @param {type:"boolean"}')
+    screenshot(notebook.page, f"student_{lesson}")
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebook_runs_from_the_run_menu(lesson, open_lesson, screenshot):
+    source = "\n".join(cell.source for cell in read(SOLUTIONS, lesson).cells)
+    notebook = open_lesson(SOLUTIONS, lesson)
+    notebook.run_all(timeout_s=120)
+
+    assert notebook.errors() == []
+    assert notebook.unexecuted_cells() == []
+    assert notebook.figures().count() > 0, "no figure was drawn"
+    interactives = notebook.interactives()
+    expect(interactives).to_have_count(source.count("widgets.interact("))
+    for interactive in interactives.all():
+        expect(interactive.locator(".widget-slider")).not_to_have_count(0)
+        expect(interactive.locator(".jp-RenderedImage img")).not_to_have_count(0)
+
+    hide_file_browser(notebook.page)
+    first = interactives.first
+    first.scroll_into_view_if_needed()
+    screenshot(notebook.page, f"solution_{lesson}")
+    figure = first.locator(".jp-RenderedImage img").first
+    readout = first.locator(".widget-slider .widget-readout").first
+    drawn, value = figure.get_attribute("src"), readout.text_content()
+    move_slider(first)
+    expect(readout).not_to_have_text(value)
+    expect(figure).not_to_have_attribute("src", drawn)  # a new picture, not the same bytes
+    notebook.wait_until_idle()  # the redraw is complete
+    screenshot(notebook.page, f"solution_{lesson}_slider_moved",
+               readme="docs/lesson_screenshot.png" if lesson == README_LESSON else None)
