@@ -126,7 +126,10 @@ def plot(rows: list[dict], path) -> None:
                 title="time (median)")
     memory_ax.set(xlabel="sequence length T", ylabel="extra peak memory (MiB)",
                   title="memory of one forward + backward")
+    lengths = sorted({r["T"] for r in rows})
     for ax in (time_ax, memory_ax):
+        ax.set_xticks(lengths, [str(T) for T in lengths], minor=False)
+        ax.set_xticks([], minor=True)
         ax.legend()
     fig.suptitle(f"self-attention cost, B={B}, H={H}, D={D} ({rows[0]['device']})")
     fig.savefig(path, dpi=110)
