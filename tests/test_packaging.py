@@ -5,7 +5,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from local_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_MODULES = {
@@ -75,12 +75,6 @@ def test_working_copy_adds_new_lessons_and_never_overwrites_student_work(tmp_pat
     assert student_copy.read_text() == "my answers"
     assert "02_scaled_dot_product.ipynb" in output and "01_embeddings" not in output
     assert (work / "02_scaled_dot_product" / "02_scaled_dot_product.ipynb").read_text() == "new"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> 
         (B, H, T, S) scores.
     Lesson: 02_scaled_dot_product
     """
-    check_query_key_value(query, key)
+    check_query_key(query, key)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     return query @ key.transpose(-2, -1) * scale  # (B,H,T,D) @ (B,H,D,S) -> (B,H,T,S)
 
@@ -63,8 +63,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
             key is masked (that query's output is then 0, as in PyTorch).
     Lesson: 02_scaled_dot_product (masks: 03_masking)
     """
-    check_query_key_value(query, key, value)
-    scores = attention_scores(query, key, scale)  # (B, H, T, S)
+    check_key_value(key, value)
+    scores = attention_scores(query, key, scale)  # (B, H, T, S), checks query and key
     if is_causal:
         T, S = scores.shape[-2:]
         attn_mask = combine_masks(causal_mask(T, S, device=scores.device), attn_mask)
@@ -77,8 +77,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     return out, weights
 
 
-def check_query_key_value(query: Tensor, key: Tensor, value: Tensor | None = None) -> None:
-    """Raise a clear error unless query, key (and value) fit together."""
+def check_query_key(query: Tensor, key: Tensor) -> None:
+    """Raise a clear error unless query and key fit together."""
     if query.ndim < 2 or key.ndim < 2:
         raise ValueError(f"query and key need at least 2 dims (..., T, D) and (..., S, D), got "
                          f"{tuple(query.shape)} and {tuple(key.shape)}")
@@ -86,8 +86,10 @@ def check_query_key_value(query: Tensor, key: Tensor, value: Tensor | None = Non
         raise ValueError(f"query and key must share the head dim D: query {tuple(query.shape)} "
                          f"has D={query.shape[-1]}, key {tuple(key.shape)} has D={key.shape[-1]}")
     _check_batch_dims("query", query, "key", key)
-    if value is None:
-        return
+
+
+def check_key_value(key: Tensor, value: Tensor) -> None:
+    """Raise a clear error unless key and value fit together."""
     if value.ndim < 2 or value.shape[-2] != key.shape[-2]:
         raise ValueError(f"key and value must have the same length S: key {tuple(key.shape)}, "
                          f"value {tuple(value.shape)} (expected (..., S, Dv))")

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from local_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -93,12 +93,6 @@ def kill(processes: list[psutil.Process], grace_s: float = 10) -> None:
     _, alive = psutil.wait_procs(processes, timeout=grace_s)
     for process in alive:
         process.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lab_environment(scratch: Path) -> dict[str, str]:

@@ -11,6 +11,7 @@ from .lesson02 import (
     NO_BUILT_IN_ATTENTION,
     SOFTMAX_OVER_QUERIES,
     attention_inputs,
+    scores_variant,
 )
 from .shortcuts import forbid
 
@@ -187,17 +188,15 @@ def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False,
                              inverted=False, fill="-inf", after_softmax=False,
                              empty_rows="zero", causal="lower", softmax_dim=-1,
                              use_mask=True):
-    scores = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    scores = scores_variant(query, key, scale)  # (B, H, T, S)
     T, S = scores.shape[-2:]
     causal_mask = causal_variant(T, S, transposed=causal == "transposed")
     attn_mask = attn_mask if use_mask else None
     if is_causal and causal != "ignored":
         attn_mask = masks.combine_masks(causal_mask, attn_mask)
     if after_softmax:
-        weights = torch.softmax(scores, dim=softmax_dim)
-        hidden = masks.to_additive_mask(attn_mask, scores.dtype).isneginf() if attn_mask \
-            is not None else torch.zeros_like(weights, dtype=torch.bool)
-        weights = weights.masked_fill(hidden, 0.0)
+        hidden = apply_variant(torch.zeros_like(scores), attn_mask).isneginf()
+        weights = torch.softmax(scores, dim=softmax_dim).masked_fill(hidden, 0.0)
         return weights @ value, weights
     scores = apply_variant(scores, attn_mask, inverted=inverted, fill=fill)
     weights = torch.softmax(scores, dim=softmax_dim)

@@ -170,8 +170,11 @@ def decode_variant(model, prompt, n_new, *, position=-1, feed="prediction",
         for _ in range(n_new):
             next_token = model(tokens)[:, position].argmax(dim=-1, keepdim=True)  # (B, 1)
             predicted.append(next_token)
-            fed_back = {"prediction": next_token, "repeat": tokens[:, -1:]}.get(feed)
-            tokens = next_token if feed == "only_new" else torch.cat([tokens, fed_back], dim=1)
+            if feed == "only_new":
+                tokens = next_token
+            else:
+                fed_back = next_token if feed == "prediction" else tokens[:, -1:]
+                tokens = torch.cat([tokens, fed_back], dim=1)
     out = torch.cat(predicted, dim=1)
     return torch.cat([prompt, out], dim=1) if keep_prompt else out
 

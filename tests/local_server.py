@@ -1,0 +1,10 @@
+"""Helpers for tests that start a server on this machine."""
+
+import socket
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
