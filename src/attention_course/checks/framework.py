@@ -284,17 +284,42 @@ def _explain(exercise: Exercise, case: Case, observation: Observation, expected:
 def run_check(exercise: Exercise, student: Callable, cases: list[Case],
               student_parameters: dict | None = None, reference: Callable | None = None,
               reference_parameters: dict | None = None) -> None:
-    """Judge ``student`` on every case; print one line on success, raise AssertionError else."""
-    reference = reference or exercise.reference
+    """Judge ``student`` on every case; print one line on success, raise AssertionError else.
+
+    Under the grader (see ``recording``), observing and judging happen in different processes.
+    """
+    if _session is not None:
+        _session.run(exercise, student, cases, student_parameters, reference,
+                     reference_parameters)
+        return
     seen = [observe(exercise, student, case, student_parameters) for case in cases]
+    judge_all(exercise, cases, seen, reference, reference_parameters)
+    print(f"ok: {exercise.name} passed {len(cases)} checks")
+
+
+def judge_all(exercise: Exercise, cases: list[Case], seen: list[Observation],
+              reference: Callable | None = None, reference_parameters: dict | None = None) -> None:
+    """Raise AssertionError with the first failing case's verdict, if any."""
+    reference = reference or exercise.reference
     answered = [(case, o) for case, o in zip(cases, seen, strict=True) if o.outputs is not None]
     for case, observation in zip(cases, seen, strict=True):
         expected = observe(_trusted(exercise), reference, case, reference_parameters)
         others = [(c, o) for c, o in answered if c is not case]
         verdict = judge(exercise, case, observation, expected, others)
         if not verdict.ok:
-            raise AssertionError(verdict.message)
-    print(f"ok: {exercise.name} passed {len(cases)} checks")
+            raise CheckFailed(verdict.message, verdict.mistake)
+
+
+class CheckFailed(AssertionError):
+    """A check's failure; ``mistake`` names the catalogued mistake it recognised, if any."""
+
+    def __init__(self, message: str, mistake: str | None = None):
+        super().__init__(message)
+        self.mistake = mistake
+
+
+# The grader's recording or replaying session, when one is active (see ``recording``).
+_session = None
 
 
 def _trusted(exercise: Exercise) -> Exercise:

@@ -1,0 +1,131 @@
+"""Finding submissions, refusing broken ones, and planning what the runner executes.
+
+A submission is ``submitted/<student>/<lesson>/<lesson>.ipynb`` (nbgrader's layout). Before
+any of it runs, it is read as untrusted data: a file that is empty, not JSON, not a notebook,
+of another notebook format or nbgrader metadata version, or missing (renamed) is *ungradable*,
+with a reason an instructor can act on. A readable one becomes a plan for the runner: its code
+cells in order, with every locked cell put back as released (as nbgrader does) and every graded
+test cell replaced by a "record here" step. Test cells a student deleted are recorded at the
+end; duplicated ones count once.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .course import RELEASE, Lesson, nbgrader_metadata
+
+NBGRADER_SCHEMA_VERSION = 3
+
+
+class Ungradable(Exception):
+    """The submission cannot be graded; the message says why, for the instructor."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    student: str
+    lesson: str
+    folder: Path
+
+    @property
+    def notebook(self) -> Path:
+        return self.folder / f"{self.lesson}.ipynb"
+
+
+def find_submissions(submitted: Path, lessons: list[str],
+                     students: list[str] | None = None) -> list[Submission]:
+    """Every submitted/<student>/<lesson>/ folder of a known lesson, sorted."""
+    found = []
+    for folder in sorted(submitted.glob("*/*/")):
+        student, lesson = folder.parent.name, folder.name
+        if lesson in lessons and (students is None or student in students):
+            found.append(Submission(student, lesson, folder))
+    return found
+
+
+def read_notebook(submission: Submission) -> nbformat.NotebookNode:
+    """The submitted notebook, or Ungradable saying what is wrong with the file."""
+    path = submission.notebook
+    if not path.is_file():
+        others = sorted(p.name for p in submission.folder.glob("*.ipynb"))
+        if others:
+            raise Ungradable(f"renamed notebook: found {', '.join(others)}, expected "
+                             f"{path.name}")
+        raise Ungradable(f"no notebook: {path.name} is missing from the submission")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise Ungradable(f"{path.name} is empty")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Ungradable(f"{path.name} is not a text file (not UTF-8)") from None
+    except json.JSONDecodeError as err:
+        raise Ungradable(f"{path.name} is not valid JSON ({err.msg} at line {err.lineno}, "
+                         f"column {err.colno}): was it saved completely?") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise Ungradable(f"{path.name} is JSON but not a Jupyter notebook (it has no cells)")
+    if data.get("nbformat") != 4:
+        raise Ungradable(f"{path.name} has notebook format version {data.get('nbformat')!r}; "
+                         f"this course uses version 4")
+    try:
+        notebook = nbformat.from_dict(data)
+        for cell in notebook.cells:
+            _check_cell(cell)
+    except Ungradable:
+        raise
+    except Exception as err:  # a cell that is not shaped like a notebook cell
+        raise Ungradable(f"{path.name} has a malformed cell ({type(err).__name__}: {err})") from None
+    return notebook
+
+
+def _check_cell(cell) -> None:
+    if cell.get("cell_type") not in ("code", "markdown", "raw"):
+        raise Ungradable(f"unknown cell type {cell.get('cell_type')!r}")
+    source = cell.get("source", "")
+    if isinstance(source, list):
+        cell["source"] = source = "".join(source)
+    if not isinstance(source, str):
+        raise Ungradable("a cell's source is not text")
+    version = nbgrader_metadata(cell).get("schema_version", NBGRADER_SCHEMA_VERSION)
+    if version != NBGRADER_SCHEMA_VERSION:
+        raise Ungradable(f"unknown nbgrader metadata version {version!r} in cell "
+                         f"{nbgrader_metadata(cell).get('grade_id', '?')!r} (this grader reads "
+                         f"version {NBGRADER_SCHEMA_VERSION})")
+
+
+def released_cells(lesson: str) -> dict[str, nbformat.NotebookNode]:
+    released = nbformat.read(RELEASE / lesson / f"{lesson}.ipynb", as_version=4)
+    return {nbgrader_metadata(c)["grade_id"]: c for c in released.cells
+            if nbgrader_metadata(c).get("grade_id")}
+
+
+def plan(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[dict]:
+    """The runner's job: code cells to run and where to record each graded cell."""
+    released, graded = released_cells(lesson.name), {c.grade_id: c for c in lesson.cells}
+    steps, recorded = [], set()
+    for cell in notebook.cells:
+        grade_id = nbgrader_metadata(cell).get("grade_id")
+        if grade_id in graded:
+            if grade_id not in recorded:
+                steps.append(_record_step(graded[grade_id]))
+                recorded.add(grade_id)
+            continue
+        original = released.get(grade_id)
+        if original is not None and nbgrader_metadata(original).get("locked"):
+            cell = original  # a locked cell runs as released, whatever the student did to it
+        if cell.cell_type == "code":
+            steps.append({"kind": "code", "source": cell.source})
+    steps += [_record_step(c) for c in lesson.cells if c.grade_id not in recorded]
+    # cells after the last graded one cannot change a grade: they are not run
+    last = max(i for i, step in enumerate(steps) if step["kind"] != "code")
+    return steps[:last + 1]
+
+
+def _record_step(cell) -> dict:
+    if not cell.calls:
+        return {"kind": "copy_accuracy", "grade_id": cell.grade_id}
+    return {"kind": "record", "grade_id": cell.grade_id,
+            "calls": [[c.check, c.target, c.seed] for c in cell.calls]}
