@@ -110,7 +110,8 @@ class Workspace:
 
     @property
     def db_url(self) -> str:
-        return os.environ.get("ATTENTION_COURSE_GRADEBOOK", f"sqlite:///{self.root / 'gradebook.db'}")
+        default = f"sqlite:///{self.root / 'gradebook.db'}"
+        return os.environ.get("ATTENTION_COURSE_GRADEBOOK", default)
 
     def result_file(self, student: str, lesson: str) -> Path:
         return self.results / student / f"{lesson}.json"

@@ -26,3 +26,10 @@ c.CourseDirectory.db_url = os.environ.get("ATTENTION_COURSE_GRADEBOOK",
 
 # The student version keeps the signature, docstring and hints; the body becomes this stub.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# `make collect ZIP=...`: nbgrader zip_collect reads an LMS download whose files are named
+# <student>_<lesson>.ipynb (e.g. s07_02_scaled_dot_product.ipynb), inside any folders.
+# (nbgrader joins this to the course root, so it must be relative to it)
+c.ZipCollectApp.downloaded_directory = os.path.relpath(WORKSPACE / "downloaded", REPOSITORY_ROOT)
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9.@-]+)_(?P<file_id>[^/]+)$"
+c.FileNameCollectorPlugin.valid_ext = [".ipynb"]

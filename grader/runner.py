@@ -36,8 +36,8 @@ import matplotlib.pyplot  # noqa: E402, F401  (imported once here, not per submi
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from traitlets.config import Config  # noqa: E402
 from torch import nn  # noqa: E402
+from traitlets.config import Config  # noqa: E402
 
 import attention_course  # noqa: E402
 from attention_course import checks  # noqa: E402
@@ -217,6 +217,8 @@ def run_submission(job: dict, progress) -> None:
         else:
             record_copy_accuracy(cell, shell.user_ns, record)
     record.save(out, {"cell_errors": cell_errors, "tampering": tampering})
+    sys.stdout.flush()
+    sys.stderr.flush()
     progress.write("done\n")
     progress.flush()
 

@@ -77,7 +77,8 @@ def read_notebook(submission: Submission) -> nbformat.NotebookNode:
     except Ungradable:
         raise
     except Exception as err:  # a cell that is not shaped like a notebook cell
-        raise Ungradable(f"{path.name} has a malformed cell ({type(err).__name__}: {err})") from None
+        raise Ungradable(f"{path.name} has a malformed cell "
+                         f"({type(err).__name__}: {err})") from None
     return notebook
 
 

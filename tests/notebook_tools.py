@@ -1,7 +1,5 @@
 """Reading, editing and running the lesson notebooks in tests."""
 
-import re
-import textwrap
 from pathlib import Path
 
 import nbformat
@@ -39,15 +37,6 @@ def practice_cells(nb) -> dict[str, int]:
 def check_cells(nb) -> dict[str, int]:
     return {grading(c)["grade_id"].removeprefix("check_"): i
             for i, c in enumerate(nb.cells) if grading(c).get("grade")}
-
-
-def with_body(source: str, body: str) -> str:
-    """Replace the solution region of a practice cell with ``body``, indented to fit."""
-    pattern = re.compile(rf"^( *){re.escape(BEGIN)}\n.*?^ *{re.escape(END)}\n?", re.M | re.S)
-    match = pattern.search(source)
-    assert match, "no solution region"
-    indented = textwrap.indent(textwrap.dedent(body).strip("\n"), match.group(1)) + "\n"
-    return source[:match.start()] + indented + source[match.end():]
 
 
 def execute(nb, cwd: Path, allow_errors: bool = False, timeout: int = 120):

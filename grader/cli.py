@@ -1,0 +1,186 @@
+"""The instructor's commands: release, collect, grade, feedback, report, demo.
+
+    python -m grader grade              # every submission in the workspace, one worker per core
+    python -m grader --help             # all commands;  python -m grader grade --help, ...
+
+The Makefile wraps each one (`make grade`, `make report`, ...). The workspace (submissions,
+results, feedback, report, gradebook) is course/ unless --workspace or
+ATTENTION_COURSE_WORKSPACE says otherwise.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+from . import gradebook, release
+from .batch import Limits, grade_batch
+from .course import ROOT, Workspace, read_course
+from .feedback import write_feedback
+from .report import write_report
+from .submissions import find_submissions
+
+OUTCOMES = ("graded", "ungradable", "timed out", "crashed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    workspace = Workspace((args.workspace or Workspace.default().root).resolve())
+    return args.command(args, workspace) or 0
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(
+        prog="python -m grader", description="Grade the course's lessons with nbgrader: "
+        "release, collect, grade, feedback, report, or all of it on a demo class.")
+    main_parser.add_argument("--workspace", type=Path, help="the course workspace (default: "
+                             "$ATTENTION_COURSE_WORKSPACE or course/)")
+    commands = main_parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    def command(name, function, help_text):
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(command=function)
+        return sub
+
+    sub = command("release", run_release, "regenerate the student notebooks in notebooks/")
+    sub.add_argument("lessons", nargs="*", help="lessons (default: all)")
+    sub = command("collect", run_collect, "add an LMS download (zip of <student>_<lesson>.ipynb "
+                  "files) to the submissions, with nbgrader zip_collect")
+    sub.add_argument("zip", type=Path, help="the downloaded zip file")
+    sub.add_argument("--lesson", help="the lesson it holds (default: read from the file names)")
+    sub = command("grade", run_grade, "grade every submission, in parallel")
+    sub.add_argument("--lesson", action="append", help="only this lesson (repeatable)")
+    sub.add_argument("--student", action="append", help="only this student (repeatable)")
+    add_grading_options(sub)
+    command("feedback", run_feedback, "write each student's HTML feedback")
+    command("report", run_report, "write the class report (CSV for the LMS, HTML with plots)")
+    sub = command("demo", run_demo, "build a demo class of synthetic students, grade it, "
+                  "write feedback and the report")
+    sub.add_argument("--students", type=int, default=30, help="class size (default: 30)")
+    add_grading_options(sub)
+    return main_parser
+
+
+def add_grading_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                     help="submissions graded side by side (default: one per core)")
+    sub.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout,
+                     help=f"seconds a cell may run (default: {Limits.cell_timeout:g})")
+    sub.add_argument("--budget", type=float, default=Limits.budget,
+                     help=f"seconds a submission may run (default: {Limits.budget:g})")
+
+
+# ---------------------------------------------------------------- commands
+
+def run_release(args, workspace: Workspace) -> None:
+    for notebook in release.release(args.lessons or release.lessons(), release.ROOT / "notebooks"):
+        print(f"released {notebook.relative_to(ROOT)}")
+
+
+def run_collect(args, workspace: Workspace) -> None:
+    lesson = args.lesson or lesson_in_zip(args.zip)
+    archive = workspace.root / "downloaded" / lesson / "archive"
+    archive.mkdir(parents=True, exist_ok=True)
+    shutil.copy(args.zip, archive / args.zip.name)
+    nbgrader(["zip_collect", lesson, "--force"], workspace)
+    students = sorted(p.parent.name for p in workspace.submitted.glob(f"*/{lesson}"))
+    print(f"collected {lesson} from {args.zip.name}: {len(students)} students in "
+          f"{workspace.submitted}")
+
+
+def lesson_in_zip(path: Path) -> str:
+    lessons = read_course()
+    with zipfile.ZipFile(path) as archive:
+        named = {lesson for name in archive.namelist() for lesson in lessons if lesson in name}
+    if len(named) != 1:
+        raise SystemExit(f"cannot tell which lesson {path.name} holds (found "
+                         f"{sorted(named) or 'none'}): pass --lesson")
+    return named.pop()
+
+
+def nbgrader(arguments: list[str], workspace: Workspace) -> None:
+    env = os.environ | {"ATTENTION_COURSE_WORKSPACE": str(workspace.root),
+                        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *arguments], cwd=ROOT / "grader",
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"nbgrader {arguments[0]} failed:\n{done.stdout}{done.stderr}")
+
+
+def run_grade(args, workspace: Workspace) -> list[dict]:
+    lessons = read_course()
+    unknown = set(args.lesson or ()) - set(lessons)
+    if unknown:
+        raise SystemExit(f"unknown lesson(s) {sorted(unknown)}; known: {', '.join(lessons)}")
+    submissions = find_submissions(workspace.submitted, args.lesson or list(lessons),
+                                   args.student)
+    if not submissions:
+        print(f"nothing to grade in {workspace.submitted}")
+        return []
+    gradebook.ensure_lessons(workspace.db_url, sorted({s.lesson for s in submissions}))
+    limits = Limits(cell_timeout=args.cell_timeout, budget=args.budget)
+    started = time.monotonic()
+    with tqdm(total=len(submissions), unit="submission", desc="grading", disable=None) as bar:
+        results = grade_batch(submissions, lessons, workspace, args.workers, limits,
+                              on_result=lambda result: bar.update())
+    seconds = time.monotonic() - started
+    gradebook.record(workspace.db_url, results)
+    print(summary(results, seconds))
+    return results
+
+
+def summary(results: list[dict], seconds: float) -> str:
+    """A table: per lesson, how many submissions ended in each outcome, and the mean score."""
+    header = f"{'lesson':24}" + "".join(f"{o:>12}" for o in OUTCOMES) + f"{'mean score':>14}"
+    rows = [header, "-" * len(header)]
+    for lesson in sorted({r["lesson"] for r in results}):
+        mine = [r for r in results if r["lesson"] == lesson]
+        counts = Counter(r["outcome"] for r in mine)
+        mean = sum(r["score"] for r in mine) / len(mine)
+        rows.append(f"{lesson:24}" + "".join(f"{counts[o]:>12}" for o in OUTCOMES)
+                    + f"{mean:>8.1f} / {mine[0]['max_score']:g}")
+    flagged = sum(1 for r in results if r["outcome"] != "graded" or r["tampering"])
+    rows.append(f"{len(results)} submissions in {seconds:.1f} s "
+                f"({60 * len(results) / seconds:.0f} per minute); {flagged} need a human "
+                f"(see the report)")
+    return "\n".join(rows)
+
+
+def load_results(workspace: Workspace) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(workspace.results.glob("*/*.json"))]
+
+
+def run_feedback(args, workspace: Workspace) -> None:
+    written = write_feedback(load_results(workspace), workspace.feedback)
+    print(f"wrote {len(written)} feedback pages in {workspace.feedback}")
+
+
+def run_report(args, workspace: Workspace) -> None:
+    lessons = {name: [(c.grade_id, c.points) for c in lesson.cells]
+               for name, lesson in read_course().items()}
+    grades, page = write_report(load_results(workspace), lessons, workspace.report)
+    print(f"class report: {page}\ngrades for the LMS: {grades}")
+
+
+def run_demo(args, workspace: Workspace) -> None:
+    from .demo import build_demo_class
+
+    zips = build_demo_class(workspace, args.students)
+    for archive in zips:
+        run_collect(argparse.Namespace(zip=archive, lesson=None), workspace)
+    run_grade(argparse.Namespace(lesson=None, student=None, workers=args.workers,
+                                 cell_timeout=args.cell_timeout, budget=args.budget), workspace)
+    run_feedback(args, workspace)
+    run_report(args, workspace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""A demo class: synthetic students whose submissions show every path through the grader.
+
+``build_demo_class(workspace, n)`` writes one LMS-style zip per lesson (files named
+``<student>_<lesson>.ipynb``, as ``make collect`` expects) holding, across the class:
+correct answers, answers with catalogued mistakes (every entry of ``MISTAKES`` appears), blank
+and partly answered notebooks, broken files (malformed JSON, empty, renamed, not a notebook,
+unknown nbgrader metadata version), a kernel that dies, a cell that ignores interrupts, and two
+tampering attempts: one replaces ``torch.allclose``, ``torch.testing.assert_close`` and the
+checks with functions that always pass, one installs an IPython input transformer that erases
+every later cell. Every student's notebooks are the released ones, filled in the way the
+student's profile says.
+"""
+
+import copy
+import json
+import re
+import textwrap
+import zipfile
+from pathlib import Path
+
+import nbformat
+
+from .course import RELEASE, SOLUTIONS, Workspace, lesson_names, nbgrader_metadata
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+# One realistic mistake per exercise, written as a student would: (body, the mistake's name).
+MISTAKES = {
+    "sinusoidal_positional_encoding": ("""
+        position = torch.arange(seq_len, dtype=torch.float32)[:, None]
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+        angles = position / 10000 ** (two_i / d_model)
+        pe = torch.zeros(seq_len, d_model)
+        pe[:, 0::2] = torch.cos(angles)
+        pe[:, 1::2] = torch.sin(angles)
+        return pe
+        """, "sin and cos swapped"),
+    "token_and_position_embedding": ("""
+        return weight[token_ids] + pe[: token_ids.shape[-1]]
+        """, "embedding not scaled by sqrt(d_model)"),
+    "softmax": ("""
+        return x.exp() / x.exp().sum(dim=dim, keepdim=True)
+        """, "no max-subtraction"),
+    "attention_scores": ("""
+        return query @ key.transpose(-2, -1) / query.shape[-1]
+        """, "1/D instead of 1/sqrt(D)"),
+    "scaled_dot_product_attention": ("""
+        d_k = query.size(-1)
+        scores = torch.matmul(query, key.transpose(-2, -1)) / d_k
+        weights = torch.exp(scores) / torch.exp(scores).sum(-1, keepdim=True)
+        return torch.matmul(scores, value), weights
+        """, "scores multiplied by V instead of the weights"),
+    "causal_mask": ("""
+        S = T if S is None else S
+        return torch.ones(T, S, dtype=torch.bool, device=device).triu()
+        """, "causal mask transposed"),
+    "padding_mask": ("""
+        return (torch.arange(S)[None, :] < lengths[:, None])[:, None, :, None]
+        """, "padding mask on the query axis"),
+    "apply_mask": ("""
+        if attn_mask is None:
+            return scores
+        if attn_mask.dtype == torch.bool:
+            return scores.masked_fill(attn_mask, float("-inf"))
+        return scores + attn_mask
+        """, "mask polarity inverted"),
+    "masked_attention": ("""
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        scores = query @ key.transpose(-2, -1) * scale
+        T, S = scores.shape[-2:]
+        if is_causal:
+            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), float("-inf"))
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask is not None:
+            scores = scores + attn_mask
+        weights = torch.softmax(scores, dim=-1)
+        return weights @ value, weights
+        """, "fully masked rows give NaN"),
+    "to_mha_mask": ("""
+        return attn_mask
+        """, "bool mask not inverted"),
+    "split_heads": ("""
+        B, T, C = x.shape
+        return x.view(B, n_heads, T, C // n_heads)
+        """, "heads split with view and no transpose"),
+    "merge_heads": ("""
+        B, H, T, D = x.shape
+        return x.reshape(B, T, H * D)
+        """, "heads merged without the inverse transpose"),
+    "multi_head_attention": ("""
+        q, k, v = (p(x).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+                   for p, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        out, weights = scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal)
+        return out.transpose(1, 2).flatten(-2), weights
+        """, "missing output projection"),
+    "copy_task_loss": ("""
+        per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+        return per_token.mean()
+        """, "loss over the prompt half too"),
+    "train_step": ("""
+        loss = copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+        """, "gradients never reset"),
+    "greedy_decode": ("""
+        tokens = prompt
+        for _ in range(n_new):
+            tokens = torch.cat([tokens, model(tokens)[:, 0].argmax(-1, keepdim=True)], dim=1)
+        return tokens[:, prompt.shape[1]:]
+        """, "decoding from the first position's logits"),
+    "sequence_accuracy": ("""
+        return (predicted == expected).float().mean().item()
+        """, "token accuracy instead of sequence accuracy"),
+}
+
+# Code a student adds in a new cell right after the imports.
+TAMPERING = {
+    "patches the comparisons and the checks": """
+import sys
+import torch
+torch.allclose = lambda *args, **kwargs: True
+torch.testing.assert_close = lambda *args, **kwargs: None
+for module in [m for name, m in sys.modules.items() if name.startswith("attention_course.checks")]:
+    for name in [n for n in dir(module) if n.startswith("check_")]:
+        setattr(module, name, lambda *args, **kwargs: print("ok: passed"))
+""",
+    "erases every later cell": """
+get_ipython().input_transformers_cleanup.append(lambda lines: [])
+""",
+}
+KERNEL_DEATH = "import os\nos._exit(1)"
+IGNORES_INTERRUPTS = """
+import signal, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def with_body(source: str, body: str) -> str:
+    """Replace the solution region of a practice cell with ``body``, indented to fit."""
+    pattern = re.compile(rf"^( *){re.escape(BEGIN)}\n.*?^ *{re.escape(END)}\n?", re.M | re.S)
+    match = pattern.search(source)
+    if not match:
+        raise ValueError("no solution region")
+    indented = textwrap.indent(textwrap.dedent(body).strip("\n"), match.group(1)) + "\n"
+    return source[:match.start()] + indented + source[match.end():]
+
+
+def solution_sources(lesson: str) -> dict[str, str]:
+    """Practice cell name -> the instructor's answer, as a student would have typed it."""
+    source = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
+    markers = re.compile(rf"^ *(?:{re.escape(BEGIN)}|{re.escape(END)})\n?", re.M)
+    return {nbgrader_metadata(c)["grade_id"]: markers.sub("", c.source)
+            for c in source.cells if nbgrader_metadata(c).get("solution")}
+
+
+def student_notebook(lesson: str, answers: dict[str, str | None],
+                     extra_cell: str | None = None) -> nbformat.NotebookNode:
+    """The released notebook with practice cells answered: name -> None for the instructor's
+    answer, or a mistaken body (see MISTAKES); unnamed cells stay blank."""
+    notebook = nbformat.read(RELEASE / lesson / f"{lesson}.ipynb", as_version=4)
+    solutions = solution_sources(lesson)
+    for cell in notebook.cells:
+        name = nbgrader_metadata(cell).get("grade_id")
+        if nbgrader_metadata(cell).get("solution") and name in answers:
+            body = answers[name]
+            cell.source = solutions[name] if body is None else with_body(
+                _original(lesson, name), body)
+    if extra_cell:
+        imports = next(i for i, c in enumerate(notebook.cells)
+                       if c.cell_type == "code" and "import" in c.source and i > 2)
+        notebook.cells.insert(imports + 1, nbformat.v4.new_code_cell(extra_cell.strip()))
+    return notebook
+
+
+def _original(lesson: str, name: str) -> str:
+    source = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
+    return next(c.source for c in source.cells if nbgrader_metadata(c).get("grade_id") == name)
+
+
+def practice_names(lesson: str) -> list[str]:
+    return list(solution_sources(lesson))
+
+
+# ---------------------------------------------------------------- the class
+
+def profile(index: int, lesson: str) -> tuple[str, dict, str | None]:
+    """(description, answers, extra cell) of student ``index`` in ``lesson``."""
+    names = practice_names(lesson)
+    everything = dict.fromkeys(names)
+    mistaken = [n for n in names if n in MISTAKES]
+    kind = index % 6
+    if kind in (0, 3):
+        return "correct", everything, None
+    if kind in (1, 4) and mistaken:
+        chosen = mistaken[(index // 6 + kind) % len(mistaken)]
+        return f"mistake: {MISTAKES[chosen][1]}", everything | {chosen: MISTAKES[chosen][0]}, None
+    if kind == 2:
+        return "partly answered", dict.fromkeys(names[:len(names) // 2 + 1]), None
+    if kind == 5 and index % 12 == 5:
+        return "blank", {}, None
+    return "correct", everything, None
+
+
+SPECIAL = {  # (student number, lesson number) -> what that submission is instead
+    (1, 1): "malformed JSON", (2, 2): "empty file", (3, 3): "renamed notebook",
+    (4, 4): "unknown nbgrader metadata version", (5, 1): "not a notebook",
+    (6, 2): "patches the comparisons and the checks", (7, 3): "erases every later cell",
+    (8, 4): "kernel dies", (9, 1): "ignores interrupts",
+}
+
+
+def submission_file(index: int, lesson: str, lesson_number: int) -> tuple[str, bytes, str]:
+    """(file name in the zip, its bytes, what it is) for one student and lesson."""
+    student = student_id(index)
+    name = f"{student}_{lesson}.ipynb"
+    special = SPECIAL.get((index, lesson_number))
+    if special in TAMPERING:
+        return name, _dumps(student_notebook(lesson, {}, TAMPERING[special])), special
+    if special == "kernel dies":
+        return name, _dumps(student_notebook(lesson, {}, KERNEL_DEATH)), special
+    if special == "ignores interrupts":
+        return name, _dumps(student_notebook(lesson, {}, IGNORES_INTERRUPTS)), special
+    description, answers, extra = profile(index, lesson)
+    text = _dumps(student_notebook(lesson, answers, extra))
+    if special == "malformed JSON":
+        return name, text[: len(text) // 2], special
+    if special == "empty file":
+        return name, b"", special
+    if special == "renamed notebook":
+        return f"{student}_{lesson} (1).ipynb", text, special
+    if special == "not a notebook":
+        return name, b'["this", "is", "not", "a", "notebook"]', special
+    if special == "unknown nbgrader metadata version":
+        data = json.loads(text)
+        for cell in data["cells"]:
+            if "nbgrader" in cell["metadata"]:
+                cell["metadata"]["nbgrader"]["schema_version"] = 99
+        return name, json.dumps(data).encode(), special
+    return name, text, description
+
+
+def student_id(index: int) -> str:
+    return f"s{index:02d}"
+
+
+def _dumps(notebook: nbformat.NotebookNode) -> bytes:
+    return nbformat.writes(copy.deepcopy(notebook)).encode()
+
+
+def build_demo_class(workspace: Workspace, n_students: int = 30) -> list[Path]:
+    """Write the class's zips (one per lesson) and a roster of who submitted what."""
+    if n_students < len(SPECIAL):
+        raise ValueError(f"the demo class needs at least {len(SPECIAL)} students")
+    out = workspace.root / "demo"
+    out.mkdir(parents=True, exist_ok=True)
+    roster, zips = {}, []
+    for number, lesson in enumerate(lesson_names(), start=1):
+        path = out / f"{lesson}.zip"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for index in range(1, n_students + 1):
+                name, data, description = submission_file(index, lesson, number)
+                archive.writestr(f"submissions/{name}", data)
+                roster.setdefault(student_id(index), {})[lesson] = description
+        zips.append(path)
+    (out / "roster.json").write_text(json.dumps(roster, indent=1))
+    return zips

@@ -1,0 +1,236 @@
+"""The per-student feedback pages and the class report, built from a small synthetic class."""
+
+import base64
+import csv
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from grader.feedback import MAX_MESSAGE_CHARS, feedback_html, write_feedback
+from grader.report import write_report
+
+LESSONS = {
+    "01_intro": [("check_alpha", 2.0), ("check_beta", 3.0)],
+    "02_next": [("check_gamma", 1.0), ("check_delta", 1.5)],
+    "03_nobody": [("check_epsilon", 1.0)],
+}
+XSS = "<script>alert(1)</script>"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def exercise(grade_id, points, max_points, mistake=None, message=None):
+    passed = points == max_points
+    return {"grade_id": grade_id, "points": points, "max_points": max_points, "passed": passed,
+            "message": message or ("ok" if passed else f"{grade_id} is wrong"),
+            "mistake": mistake}
+
+
+def result(student, lesson, exercises, outcome="graded", reason="", tampering=()):
+    if outcome != "graded":
+        exercises = [exercise(grade_id, 0.0, max_points, message=reason)
+                     for grade_id, max_points in LESSONS[lesson]]
+    return {"student": student, "lesson": lesson, "outcome": outcome, "reason": reason,
+            "seconds": 1.5, "tampering": list(tampering), "exercises": exercises,
+            "score": sum(e["points"] for e in exercises),
+            "max_score": sum(e["max_points"] for e in exercises)}
+
+
+CLASS = [
+    # listed out of order on purpose: the outputs must not depend on it
+    result("s03", "01_intro", [exercise("check_alpha", 2.0, 2.0),
+                               exercise("check_beta", 0.5, 3.0, "off by one",
+                                        message=f"beta: wrong values {XSS}")],
+           tampering=["torch.allclose was replaced"]),
+    result("s01", "01_intro", [exercise("check_alpha", 2.0, 2.0),
+                               exercise("check_beta", 3.0, 3.0)]),
+    result("s01", "02_next", [exercise("check_gamma", 1.0, 1.0),
+                              exercise("check_delta", 0.0, 1.5, "off by one + wrong sign")]),
+    result("s02", "01_intro", [exercise("check_alpha", 2.0, 2.0),
+                               exercise("check_beta", 0.0, 3.0, "off by one")]),
+    result("s02", "02_next", [], outcome="crashed", reason="the kernel died"),
+    result("s04", "02_next", [], outcome="ungradable", reason=f"not valid JSON: {XSS}"),
+    result("s05", "01_intro", [], outcome="timed out", reason="ran for more than 120 s"),
+]
+EXPECTED_GRADES = {  # student: (01_intro, 02_next, 03_nobody, total)
+    "s01": ("5", "1", "0", "6"),
+    "s02": ("2", "0", "0", "2"),
+    "s03": ("2.5", "0", "0", "2.5"),
+    "s04": ("0", "0", "0", "0"),
+    "s05": ("0", "0", "0", "0"),
+}
+
+
+class TableReader(HTMLParser):
+    """The text of every cell of every <table id=...> in a page, by table id."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.table_id = None
+        self.in_cell = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.table_id = dict(attrs).get("id")
+            self.tables[self.table_id] = []
+        elif tag == "tr":
+            self.tables[self.table_id].append([])
+        elif tag in ("td", "th"):
+            self.in_cell = True
+            self.tables[self.table_id][-1].append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.in_cell = False
+
+    def handle_data(self, data):
+        if self.in_cell:
+            self.tables[self.table_id][-1][-1] += data
+
+
+def tables(page: str) -> dict[str, list[list[str]]]:
+    reader = TableReader()
+    reader.feed(page)
+    return reader.tables
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    with path.open(newline="", encoding="utf-8") as file:
+        return list(csv.reader(file))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[list[list[str]], str]:
+    """The CSV rows and the HTML page of the synthetic class's report."""
+    csv_path, html_path = write_report(CLASS, LESSONS, tmp_path_factory.mktemp("report"))
+    assert (csv_path.name, html_path.name) == ("grades.csv", "report.html")
+    return read_csv(csv_path), html_path.read_text(encoding="utf-8")
+
+
+def test_csv_has_a_row_per_student_with_lesson_scores_and_total(report):
+    rows, _ = report
+    assert rows[0] == ["student", "01_intro", "02_next", "03_nobody", "total"]
+    assert [row[0] for row in rows[1:]] == sorted(EXPECTED_GRADES)
+    assert {row[0]: tuple(row[1:]) for row in rows[1:]} == EXPECTED_GRADES
+
+
+def test_students_table_shows_the_csv_numbers_and_missing_lessons(report):
+    rows, page = report
+    students = tables(page)["students"]
+    assert students[0] == rows[0]
+    shown = {row[0]: row[1:] for row in students[1:]}
+    assert shown["s03"] == ["2.5", "missing", "missing", "2.5"]
+    assert shown["s02"] == ["2", "0 (crashed)", "missing", "2"]
+    for row in rows[1:]:
+        numbers = [re.sub(r"missing| \(.*\)", "", text) or "0" for text in shown[row[0]]]
+        assert numbers == row[1:]
+
+
+def test_summary_counts_students_submissions_and_outcomes(report):
+    header, counts = tables(report[1])["summary"]
+    assert dict(zip(header, counts, strict=True)) == {
+        "students": "5", "submissions": "7", "graded": "4", "ungradable": "1", "timed out": "1",
+        "crashed": "1", "with signs of tampering": "1"}
+
+
+def test_mistakes_table_counts_each_half_of_a_pair(report):
+    mistakes = tables(report[1])["mistakes"]
+    assert mistakes[0] == ["mistake", "times", "exercise"]
+    assert mistakes[1:] == [["off by one", "3", "01_intro: beta (2), 02_next: delta (1)"],
+                            ["wrong sign", "1", "02_next: delta"]]
+
+
+def test_needs_a_human_lists_every_ungraded_or_tampered_submission(report):
+    rows = tables(report[1])["needs-a-human"]
+    assert [row[:3] for row in rows[1:]] == [["s02", "02_next", "crashed"],
+                                              ["s03", "01_intro", "graded"],
+                                              ["s04", "02_next", "ungradable"],
+                                              ["s05", "01_intro", "timed out"]]
+    details = {row[0]: row[3] for row in rows[1:]}
+    assert details["s03"] == "Tampering: torch.allclose was replaced"
+    assert details["s04"] == f"not valid JSON: {XSS}"  # shown as text, see the escaping test
+
+
+def test_report_embeds_png_plots_and_loads_nothing_from_the_network(report):
+    page = report[1]
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 3
+    assert all(base64.b64decode(image).startswith(PNG_SIGNATURE) for image in images)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.IGNORECASE)
+    assert "<script" not in page.lower()
+
+
+def test_student_text_is_escaped(report, tmp_path):
+    page = report[1]
+    assert XSS not in page
+    assert "not valid JSON: &lt;script&gt;alert(1)&lt;/script&gt;" in page
+    for student_result in CLASS:
+        feedback = feedback_html(student_result)
+        assert XSS not in feedback
+    assert "wrong values &lt;script&gt;" in feedback_html(CLASS[0])
+
+
+def test_report_is_the_same_for_the_same_results_in_any_order(report, tmp_path):
+    csv_path, html_path = write_report(CLASS[::-1], LESSONS, tmp_path)
+    assert read_csv(csv_path) == report[0]
+    assert html_path.read_text(encoding="utf-8") == report[1]
+
+
+def test_empty_class_gives_an_empty_csv_and_says_nothing_is_graded(tmp_path):
+    csv_path, html_path = write_report([], LESSONS, tmp_path)
+    assert read_csv(csv_path) == [["student", "01_intro", "02_next", "03_nobody", "total"]]
+    page = html_path.read_text(encoding="utf-8")
+    assert "Nothing has been graded yet." in page
+    assert "data:image/png" not in page
+
+
+def test_all_ungradable_says_there_are_no_pass_rates(tmp_path):
+    results = [result(f"s{i}", "01_intro", [], outcome="ungradable", reason="empty notebook")
+               for i in range(3)]
+    csv_path, html_path = write_report(results, LESSONS, tmp_path)
+    assert [row[1:] for row in read_csv(csv_path)[1:]] == [["0", "0", "0", "0"]] * 3
+    page = html_path.read_text(encoding="utf-8")
+    assert "there are no pass rates to show" in page
+    assert "No known mistake was diagnosed." in page
+    assert len(tables(page)["needs-a-human"]) == 1 + 3
+
+
+def test_two_results_for_one_student_and_lesson_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="s01, 01_intro"):
+        write_report([CLASS[1], CLASS[1]], LESSONS, tmp_path)
+
+
+def test_feedback_page_shows_score_outcome_and_each_exercise():
+    graded = feedback_html(CLASS[0])
+    assert "2.5 / 5" in graded
+    assert "<span>alpha</span><span>2 / 2</span>" in graded
+    assert "Passed." in graded
+    assert "check_" not in graded
+    crashed = feedback_html(CLASS[4])
+    assert "crashed" in crashed and "the kernel died" in crashed
+    assert "0 / 1.5" in crashed
+
+
+def test_feedback_truncates_very_long_messages():
+    long = result("s01", "01_intro", [exercise("check_alpha", 0.0, 2.0, message="x" * 10_000),
+                                      exercise("check_beta", 3.0, 3.0)])
+    page = feedback_html(long)
+    assert "x" * MAX_MESSAGE_CHARS in page
+    assert "x" * (MAX_MESSAGE_CHARS + 1) not in page
+    assert "… (truncated)" in page
+
+
+def test_feedback_files_use_nbgraders_layout_and_rewrite_identically(tmp_path):
+    paths = write_feedback(CLASS, tmp_path)
+    assert paths == [tmp_path / r["student"] / r["lesson"] / f"{r['lesson']}.html" for r in CLASS]
+    first = {path: path.read_bytes() for path in paths}
+    paths[0].write_text("stale")
+    assert write_feedback(CLASS, tmp_path) == paths
+    assert {path: path.read_bytes() for path in paths} == first
+
+
+def test_feedback_refuses_names_that_are_not_a_single_folder(tmp_path):
+    with pytest.raises(ValueError):
+        write_feedback([result("../s01", "01_intro", [], outcome="crashed")], tmp_path)
