@@ -2,6 +2,7 @@
 #   make lab    install if needed, then open JupyterLab on your own working copy (work/)
 #   make test   install if needed, then run the whole test suite
 #   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
+#   make demo   grade a synthetic class of 30 students and write its report (instructors)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,8 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: install chromium lab working-copy formgrader release test bench lint clean
+.PHONY: install chromium lab working-copy formgrader release collect grade feedback report demo \
+	test bench lint clean
 
 install: $(INSTALLED)
 
@@ -63,6 +65,29 @@ formgrader: install
 # Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
 release: install
 	$(BIN)/python grader/release.py
+
+# Grading (python -m grader --help): the workspace is $(COURSE_WORKSPACE).
+GRADER = $(BIN)/python -m grader --workspace "$(COURSE_WORKSPACE)"
+
+collect: install
+	@[ -n "$(ZIP)" ] || { echo "usage: make collect ZIP=path/to/lms-download.zip [LESSON=...]"; exit 2; }
+	$(GRADER) collect "$(ZIP)" $(if $(LESSON),--lesson $(LESSON))
+
+grade: install
+	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS))
+
+feedback: install
+	$(GRADER) feedback
+
+report: install
+	$(GRADER) report
+
+# The demo class gets a workspace of its own, rebuilt every time.
+DEMO_WORKSPACE ?= demo-course
+
+demo: install
+	rm -rf "$(DEMO_WORKSPACE)"
+	$(BIN)/python -m grader --workspace "$(DEMO_WORKSPACE)" demo
 
 test: install chromium
 	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest

@@ -65,15 +65,16 @@ def parser() -> argparse.ArgumentParser:
     sub = command("demo", run_demo, "build a demo class of synthetic students, grade it, "
                   "write feedback and the report")
     sub.add_argument("--students", type=int, default=30, help="class size (default: 30)")
-    add_grading_options(sub)
+    add_grading_options(sub, cell_timeout=60.0)  # one demo student loops forever
     return main_parser
 
 
-def add_grading_options(sub: argparse.ArgumentParser) -> None:
+def add_grading_options(sub: argparse.ArgumentParser,
+                        cell_timeout: float = Limits.cell_timeout) -> None:
     sub.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                      help="submissions graded side by side (default: one per core)")
-    sub.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout,
-                     help=f"seconds a cell may run (default: {Limits.cell_timeout:g})")
+    sub.add_argument("--cell-timeout", type=float, default=cell_timeout,
+                     help=f"seconds a cell may run (default: {cell_timeout:g})")
     sub.add_argument("--budget", type=float, default=Limits.budget,
                      help=f"seconds a submission may run (default: {Limits.budget:g})")
 
