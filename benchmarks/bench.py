@@ -1,9 +1,10 @@
 """`make bench`: every performance figure of the course, measured side by side in one run.
 
 Sections (each a module of this folder): lesson notebooks against the kernel-start floor, the
-copy task's steps and seconds to 99% over seeds, the attention cost curve, and the time of every
-check. Writes results.json and attention_cost.png to --out (default: this folder) and prints a
-summary. --quick runs a small version of each section, as a smoke test.
+copy task's steps and seconds to 99% over seeds, grading throughput against stock nbgrader, the
+attention cost curve, and the time of every check. Writes results.json and attention_cost.png
+to --out (default: this folder) and prints a summary. --quick runs a small version of each
+section, as a smoke test.
 
 Run: .venv/bin/python benchmarks/bench.py [--quick] [--out DIR]
 """
@@ -24,6 +25,7 @@ sys.path.insert(0, str(HERE))
 import attention_cost  # noqa: E402
 import checks  # noqa: E402
 import copy_task  # noqa: E402
+import grading  # noqa: E402
 
 import notebooks  # noqa: E402
 
@@ -42,6 +44,8 @@ def sections(quick: bool) -> dict:
         "notebooks": lambda: notebooks.measure(repeats=1 if quick else 3,
                                                limit=1 if quick else None),
         "copy_task": lambda: copy_task.measure(seeds=1 if quick else 5, device=device),
+        "grading": lambda: grading.measure(students=[12] if quick else [11, 12, 13, 14],
+                                           lessons=["01_embeddings"] if quick else None),
         "attention_cost": lambda: attention_cost.measure(quick),
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
     }
@@ -57,6 +61,11 @@ def report(results: dict) -> None:
     print(f"copy task: median {steps['median']:.0f} steps ({steps['min']}-{steps['max']}), "
           f"{secs['median']:.1f} s ({secs['min']:.1f}-{secs['max']:.1f}), "
           f"held-out accuracy >= {accuracy['min']:.2%}")
+    grading_run = results["grading"]
+    print(f"grading {grading_run['submissions']} submissions: "
+          f"{grading_run['per_minute']['ours']:.1f} per minute against "
+          f"{grading_run['per_minute']['stock']:.1f} for stock nbgrader autograde "
+          f"(x{grading_run['ratio']:.1f}); identical points: {grading_run['identical_points']}")
     cost = {(r["implementation"], r["T"]): r for r in results["attention_cost"]}
     longest = max(T for _, T in cost)
     for ours, theirs in (("course attention", "torch sdpa"), ("course MHA", "torch MHA")):

@@ -34,7 +34,8 @@ OUTCOMES = ("graded", "ungradable", "timed out", "crashed")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     workspace = Workspace((args.workspace or Workspace.default().root).resolve())
-    return args.command(args, workspace) or 0
+    args.command(args, workspace)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,7 +117,7 @@ def nbgrader(arguments: list[str], workspace: Workspace) -> None:
         raise SystemExit(f"nbgrader {arguments[0]} failed:\n{done.stdout}{done.stderr}")
 
 
-def run_grade(args, workspace: Workspace) -> list[dict]:
+def run_grade(args, workspace: Workspace) -> None:
     lessons = read_course()
     unknown = set(args.lesson or ()) - set(lessons)
     if unknown:
@@ -125,7 +126,7 @@ def run_grade(args, workspace: Workspace) -> list[dict]:
                                    args.student)
     if not submissions:
         print(f"nothing to grade in {workspace.submitted}")
-        return []
+        return
     gradebook.ensure_lessons(workspace.db_url, sorted({s.lesson for s in submissions}))
     limits = Limits(cell_timeout=args.cell_timeout, budget=args.budget)
     started = time.monotonic()
@@ -135,7 +136,6 @@ def run_grade(args, workspace: Workspace) -> list[dict]:
     seconds = time.monotonic() - started
     gradebook.record(workspace.db_url, results)
     print(summary(results, seconds))
-    return results
 
 
 def summary(results: list[dict], seconds: float) -> str:

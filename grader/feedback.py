@@ -8,8 +8,7 @@ exercise, its points and the checker's diagnosis; it holds nothing but what the 
 import html
 from pathlib import Path
 
-MAX_MESSAGE_CHARS = 2000
-TRUNCATION_MARK = "… (truncated)"
+from .report import escaped, exercise_name, format_points
 
 OUTCOME_EXPLANATIONS = {
     "ungradable": "Your notebook could not be graded.",
@@ -32,22 +31,6 @@ h2 { font-size: 1.1em; margin: 0; display: flex; justify-content: space-between;
 pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f6f6; padding: 0.6em;
       margin: 0.4em 0 0; }
 """
-
-
-def format_points(value: float) -> str:
-    """Points without needless decimals: 2.0 -> "2", 2.5 -> "2.5", 1/3 -> "0.33"."""
-    return f"{value:.2f}".rstrip("0").rstrip(".")
-
-
-def escaped(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Text made safe for HTML, cut to `limit` characters with a visible mark."""
-    if len(text) > limit:
-        text = f"{text[:limit]}\n{TRUNCATION_MARK}"
-    return html.escape(text)
-
-
-def exercise_name(grade_id: str) -> str:
-    return grade_id.removeprefix("check_")
 
 
 def outcome_html(result: dict) -> str:

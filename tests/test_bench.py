@@ -20,6 +20,9 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert all(row["seconds"] > 0 and row["ratio_to_floor"] > 0 for row in lessons["lessons"])
     runs = results["copy_task"]["runs"]
     assert runs and all(run["steps"] > 0 and 0 <= run["accuracy"] <= 1 for run in runs)
+    grading = results["grading"]
+    assert grading["submissions"] >= 1 and grading["identical_points"] is True
+    assert grading["per_minute"]["ours"] > 0 and grading["per_minute"]["stock"] > 0
     cost = results["attention_cost"]
     assert {row["implementation"] for row in cost} == {
         "course attention", "torch sdpa", "course MHA", "torch MHA"}

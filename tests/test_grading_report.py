@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.feedback import MAX_MESSAGE_CHARS, feedback_html, write_feedback
+from grader.feedback import feedback_html, write_feedback
+from grader.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
 from grader.report import write_report
 
 LESSONS = {
