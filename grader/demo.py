@@ -12,6 +12,7 @@ student's profile says.
 """
 
 import copy
+import functools
 import json
 import re
 import textwrap
@@ -149,6 +150,7 @@ def with_body(source: str, body: str) -> str:
     return source[:match.start()] + indented + source[match.end():]
 
 
+@functools.cache
 def solution_sources(lesson: str) -> dict[str, str]:
     """Practice cell name -> the instructor's answer, as a student would have typed it."""
     source = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
@@ -176,6 +178,7 @@ def student_notebook(lesson: str, answers: dict[str, str | None],
     return notebook
 
 
+@functools.cache
 def _original(lesson: str, name: str) -> str:
     source = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
     return next(c.source for c in source.cells if nbgrader_metadata(c).get("grade_id") == name)

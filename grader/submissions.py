@@ -9,6 +9,7 @@ test cell replaced by a "record here" step. Test cells a student deleted are rec
 end; duplicated ones count once.
 """
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,7 @@ def _check_cell(cell) -> None:
                          f"version {NBGRADER_SCHEMA_VERSION})")
 
 
+@functools.cache  # read once per grading run, not once per submission
 def released_cells(lesson: str) -> dict[str, nbformat.NotebookNode]:
     released = nbformat.read(RELEASE / lesson / f"{lesson}.ipynb", as_version=4)
     return {nbgrader_metadata(c)["grade_id"]: c for c in released.cells
