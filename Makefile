@@ -12,7 +12,7 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: install chromium lab working-copy formgrader release collect grade feedback report demo \
+.PHONY: install chromium sandbox lab working-copy formgrader release collect grade feedback report demo \
 	test bench lint clean
 
 install: $(INSTALLED)
@@ -34,6 +34,14 @@ chromium:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; } || \
 		echo "Could not install chromium: the browser tests will fail and say why."
+
+# Student code is graded inside bubblewrap (grader/sandbox.py). Installed once with apt-get;
+# when that is impossible, grading refuses to run student code and says why.
+sandbox:
+	@command -v bwrap >/dev/null || { echo "Installing bubblewrap, the grading sandbox (apt-get)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap; } || \
+		echo "Could not install bubblewrap: grading will refuse to run student code."
 
 # Copy lessons that are not in the working copy yet; never overwrite the student's edits.
 working-copy:
@@ -73,7 +81,7 @@ collect: install
 	@[ -n "$(ZIP)" ] || { echo "usage: make collect ZIP=path/to/lms-download.zip [LESSON=...]"; exit 2; }
 	$(GRADER) collect "$(ZIP)" $(if $(LESSON),--lesson $(LESSON))
 
-grade: install
+grade: install sandbox
 	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS))
 
 feedback: install
@@ -85,15 +93,15 @@ report: install
 # The demo class gets a workspace of its own, rebuilt every time.
 DEMO_WORKSPACE ?= demo-course
 
-demo: install
+demo: install sandbox
 	rm -rf "$(DEMO_WORKSPACE)"
 	$(BIN)/python -m grader --workspace "$(DEMO_WORKSPACE)" demo
 
-test: install chromium
+test: install chromium sandbox
 	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
 
 # Every performance figure, measured side by side; QUICK=1 for a small smoke run.
-bench: install
+bench: install sandbox
 	$(BIN)/python benchmarks/bench.py $(if $(QUICK),--quick --out $(or $(OUT),/tmp/attention-course-bench))
 
 lint: install

@@ -15,10 +15,10 @@ student's results and grades are written as usual.
 """
 
 import json
+import math
 import os
 import queue
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,19 +29,32 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sandbox
 from .course import Lesson, Workspace
 from .submissions import Submission, Ungradable, plan, read_notebook
-from .verdicts import Unreadable, exercise_result, judge_lesson, read_record
+from .verdicts import MAX_RECORD_BYTES, Unreadable, exercise_result, judge_lesson, read_record
 
 RUNNER = Path(__file__).with_name("runner.py")
-OUTPUT_KEPT = 256 * 1024  # bytes of each submission's printed output kept for the instructor
+GiB, MiB = 2**30, 2**20
 
 
 @dataclass(frozen=True)
 class Limits:
     cell_timeout: float = 120.0  # seconds one cell may run before it is interrupted
-    budget: float = 600.0  # seconds a whole submission may run
+    budget: float = 600.0  # seconds a whole submission may run (and CPU seconds it may use)
     start_timeout: float = 120.0  # seconds a runner may take to import torch and get ready
+    memory: int = 4 * GiB  # address space of a submission's process (torch alone takes ~1 GiB)
+    disk: int = 512 * MiB  # its private scratch space (memory-backed, in the sandbox)
+    file_size: int = 256 * MiB  # the largest file it may write
+    open_files: int = 256
+    output_kept: int = 256 * 1024  # bytes of its printed output kept for the instructor
+
+    def job(self, cells: list[dict]) -> dict:
+        """What the runner needs to run one submission (``runner.py`` documents the format)."""
+        return {"cells": cells, "cell_timeout": self.cell_timeout, "budget": self.budget,
+                "output_kept": self.output_kept, "record_limit": MAX_RECORD_BYTES,
+                "limits": {"memory": self.memory, "cpu_seconds": math.ceil(self.budget),
+                           "file_size": self.file_size, "open_files": self.open_files}}
 
 
 class RunnerDied(Exception):
@@ -49,50 +62,69 @@ class RunnerDied(Exception):
 
 
 class Runner:
-    """One warm runner process; restarted whenever it dies or stops answering."""
+    """One warm runner process, in its own sandbox unless ``sandboxed`` is false (then with the
+    grader's rights, in ``scratch``); restarted whenever it dies or stops answering."""
 
-    def __init__(self, scratch: Path, limits: Limits, command: list[str] | None = None):
-        self.scratch, self.limits = scratch, limits
-        self.command = command or [sys.executable, "-I", str(RUNNER)]
+    def __init__(self, scratch: Path, limits: Limits, sandboxed: bool = True):
+        self.scratch, self.limits, self.sandboxed = scratch, limits, sandboxed
         self.process: subprocess.Popen | None = None
         self.buffer = b""
 
+    def command(self) -> list[str]:
+        if self.sandboxed:
+            return sandbox.runner_command(self.limits.disk)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        return [sys.executable, "-I", str(RUNNER), "--scratch", str(self.scratch)]
+
     def start(self) -> None:
-        home = self.scratch / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
-               "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-        self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, cwd=self.scratch, env=env,
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
+               "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(self.command(), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=env,
+                                        cwd=None if self.sandboxed else self.scratch,
                                         start_new_session=True)
         self.buffer = b""
-        self._answer(self.limits.start_timeout)
+        self._line(time.monotonic() + self.limits.start_timeout)
 
-    def run(self, job: dict) -> dict:
+    def run(self, job: dict) -> tuple[dict, dict[str, bytes]]:
+        """The runner's answer to ``job`` and the files that came with it."""
         try:
             if self.process is None or self.process.poll() is not None:
                 self.start()
             self.process.stdin.write(json.dumps(job).encode() + b"\n")
             self.process.stdin.flush()
-            return self._answer(job["budget"] + 30)
-        except (RunnerDied, OSError) as err:
+            deadline = time.monotonic() + job["budget"] + 30
+            answer = self._line(deadline)
+            sizes = answer.pop("files")
+            if sum(sizes.values()) > job["record_limit"] + job["output_kept"] + 4096:
+                raise RunnerDied("it announced more data than it may send")
+            return answer, {name: self._bytes(size, deadline) for name, size in sizes.items()}
+        except (RunnerDied, OSError, ValueError, KeyError, AttributeError) as err:
             self.stop()
             return {"status": "crashed", "reason": f"the grading kernel stopped answering "
-                                                   f"({err})"}
+                                                   f"({err})"}, {}
 
-    def _answer(self, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        out = self.process.stdout.fileno()
+    def _line(self, deadline: float) -> dict:
         while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([out], [], [], left)[0]:
-                raise RunnerDied(f"no answer within {timeout:g} s")
-            chunk = os.read(out, 65536)
-            if not chunk:
-                raise RunnerDied("the runner exited")
-            self.buffer += chunk
+            self._read(deadline)
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
+
+    def _bytes(self, size: int, deadline: float) -> bytes:
+        while len(self.buffer) < size:
+            self._read(deadline)
+        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+    def _read(self, deadline: float) -> None:
+        out = self.process.stdout.fileno()
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([out], [], [], left)[0]:
+            raise RunnerDied("no answer in time")
+        chunk = os.read(out, 1 << 20)
+        if not chunk:
+            raise RunnerDied("the runner exited")
+        self.buffer += chunk
 
     def stop(self) -> None:
         if self.process is not None:
@@ -114,24 +146,19 @@ def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace:
     except Ungradable as err:
         outcome, reason = "ungradable", str(err)
     else:
-        out = workspace.scratch / "runs" / submission.student / submission.lesson
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        answer = runner.run({"out": str(out), "cells": steps,
-                             "cell_timeout": runner.limits.cell_timeout,
-                             "budget": runner.limits.budget})
-        _keep_output(out, workspace.result_file(submission.student, submission.lesson))
+        answer, files = runner.run(runner.limits.job(steps))
+        _keep_output(files.get("output.txt"),
+                     workspace.result_file(submission.student, submission.lesson))
         if answer["status"] != "finished":
             outcome, reason = answer["status"], answer["reason"]
         else:
             try:
-                data, recorded = read_record(out)
+                data, recorded = read_record(files)
                 with judging:
                     exercises = judge_lesson(lesson, recorded)
                 tampering = [str(e) for e in data.get("tampering", [])]
             except Unreadable as err:
                 outcome, reason = "crashed", str(err)
-        shutil.rmtree(out, ignore_errors=True)
     if exercises is None:
         return failed(submission, lesson, outcome, reason, time.monotonic() - started)
     return result(submission, lesson, outcome, reason, exercises, tampering,
@@ -153,12 +180,10 @@ def failed(submission: Submission, lesson: Lesson, outcome: str, reason: str,
     return result(submission, lesson, outcome, reason, exercises, [], seconds)
 
 
-def _keep_output(out: Path, result_file: Path) -> None:
-    log = out / "output.txt"
-    if log.is_file():
+def _keep_output(output: bytes | None, result_file: Path) -> None:
+    if output is not None:
         result_file.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("rb") as source:
-            result_file.with_suffix(".output.txt").write_bytes(source.read(OUTPUT_KEPT))
+        result_file.with_suffix(".output.txt").write_bytes(output)
 
 
 def save_result(result: dict, workspace: Workspace) -> None:
@@ -170,15 +195,16 @@ def save_result(result: dict, workspace: Workspace) -> None:
 
 
 def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], workspace: Workspace,
-                workers: int, limits: Limits = Limits(),
+                workers: int, limits: Limits = Limits(), sandboxed: bool = True,
                 on_result: Callable[[dict], None] = lambda result: None) -> list[dict]:
-    """Grade ``submissions`` with ``workers`` runners side by side; results in input order."""
+    """Grade ``submissions`` with ``workers`` runners side by side; results in input order.
+    Raises SandboxUnavailable before running anything when ``sandboxed`` and it cannot be."""
+    if sandboxed:
+        sandbox.check(limits.disk)
     workers = max(1, min(workers, len(submissions)))
     runners: queue.Queue[Runner] = queue.Queue()
     for n in range(workers):
-        scratch = workspace.scratch / f"worker-{n}"
-        scratch.mkdir(parents=True, exist_ok=True)
-        runners.put(Runner(scratch, limits))
+        runners.put(Runner(workspace.scratch / f"worker-{n}", limits, sandboxed))
     judging = threading.Lock()
 
     def grade(submission: Submission) -> dict:

@@ -26,6 +26,7 @@ from .batch import Limits, grade_batch
 from .course import ROOT, Workspace, read_course
 from .feedback import write_feedback
 from .report import write_report
+from .sandbox import SandboxUnavailable
 from .submissions import find_submissions
 
 OUTCOMES = ("graded", "ungradable", "timed out", "crashed")
@@ -78,6 +79,9 @@ def add_grading_options(sub: argparse.ArgumentParser,
                      help=f"seconds a cell may run (default: {cell_timeout:g})")
     sub.add_argument("--budget", type=float, default=Limits.budget,
                      help=f"seconds a submission may run (default: {Limits.budget:g})")
+    sub.add_argument("--no-sandbox", dest="sandboxed", action="store_false",
+                     help="run student code without the bubblewrap sandbox, with your rights "
+                     "(only for code you trust, where bubblewrap cannot run)")
 
 
 # ---------------------------------------------------------------- commands
@@ -129,10 +133,19 @@ def run_grade(args, workspace: Workspace) -> None:
         return
     gradebook.ensure_lessons(workspace.db_url, sorted({s.lesson for s in submissions}))
     limits = Limits(cell_timeout=args.cell_timeout, budget=args.budget)
+    if not args.sandboxed:
+        print("WARNING: --no-sandbox: student code runs with your rights; it can read and "
+              "change your files, the gradebook included", file=sys.stderr)
     started = time.monotonic()
-    with tqdm(total=len(submissions), unit="submission", desc="grading", disable=None) as bar:
-        results = grade_batch(submissions, lessons, workspace, args.workers, limits,
-                              on_result=lambda result: bar.update())
+    try:
+        with tqdm(total=len(submissions), unit="submission", desc="grading",
+                  disable=None) as bar:
+            results = grade_batch(submissions, lessons, workspace, args.workers, limits,
+                                  args.sandboxed, on_result=lambda result: bar.update())
+    except SandboxUnavailable as err:
+        raise SystemExit(f"Not grading: student code runs only in a sandbox, and {err}.\n"
+                         f"Nothing was run. To grade without a sandbox anyway, with your rights "
+                         f"(only for code you trust), pass --no-sandbox.") from None
     seconds = time.monotonic() - started
     gradebook.record(workspace.db_url, results)
     print(summary(results, seconds))
@@ -178,7 +191,8 @@ def run_demo(args, workspace: Workspace) -> None:
     for archive in zips:
         run_collect(argparse.Namespace(zip=archive, lesson=None), workspace)
     run_grade(argparse.Namespace(lesson=None, student=None, workers=args.workers,
-                                 cell_timeout=args.cell_timeout, budget=args.budget), workspace)
+                                 cell_timeout=args.cell_timeout, budget=args.budget,
+                                 sandboxed=args.sandboxed), workspace)
     run_feedback(args, workspace)
     run_report(args, workspace)
 

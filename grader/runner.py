@@ -1,36 +1,58 @@
 """The only part of grading that runs student code: a warm interpreter that forks one process
 per submission.
 
-Started once per grading worker (``python -I grader/runner.py``), it imports torch, IPython,
-matplotlib and the course package once, then reads jobs from stdin, one JSON line each:
+Started once per grading worker (``python -I grader/runner.py --scratch DIR``), in the sandbox
+where there is one, it imports torch, IPython, matplotlib and the course package once, then
+reads jobs from stdin, one JSON line each:
 
-    {"out": DIR, "cell_timeout": 120, "budget": 600,
+    {"cell_timeout": 120, "budget": 600, "output_kept": 262144, "record_limit": 67108864,
+     "limits": {"memory": ..., "cpu_seconds": ..., "file_size": ..., "open_files": ...},
      "cells": [{"kind": "code", "source": "..."},
                {"kind": "record", "grade_id": "check_softmax",
                 "calls": [["check_softmax", "softmax", 0], ["check_softmax", "softmax", 1]]},
                {"kind": "copy_accuracy", "grade_id": "check_copy_accuracy"}, ...]}
 
-For each job it forks a fresh process that runs the code cells in order in an IPython shell
-(the engine inside ipykernel) and, where a graded test cell stood, records what the student's
-objects do on the check's seeded inputs (``attention_course.checks.recording``). Observations
-go to DIR/observations.json and DIR/observations.npz; nothing is judged here. The forked process
-reports each cell as it starts; a cell past ``cell_timeout`` is interrupted (SIGINT), then
-killed if it does not stop, and the whole job is killed past ``budget``. One JSON line answers
-each job: {"status": "finished" | "timed out" | "crashed", "reason": "..."}.
+For each job it forks a fresh process, confined before any student code runs (``confinement``:
+resource limits, no new processes), that runs the code cells in order in an IPython shell (the
+engine inside ipykernel) and, where a graded test cell stood, records what the student's objects
+do on the check's seeded inputs (``attention_course.checks.recording``); nothing is judged here.
+The forked process reports each cell as it starts; a cell past ``cell_timeout`` is interrupted
+(SIGINT), then killed if it does not stop, and the whole job is killed past ``budget``. Its
+output goes through a pipe, of which the first ``output_kept`` bytes are kept.
 
-This file imports nothing from the grader, so it can run where the grader's files are not
-visible (the sandbox).
+Each answer is a JSON line, {"status": "finished" | "timed out" | "crashed", "reason": "...",
+"files": {name: size}}, followed by the files' bytes: the output and the observations. Between
+jobs the scratch directory (home, temporary files, working directory) is emptied and, in the
+sandbox's own PID namespace (``--own-pid-namespace``), every other process is killed.
+
+This file imports nothing from the grader but ``confinement`` next to it, so it can run where
+the grader's files are not visible.
 """
 
+import argparse
 import json
 import os
 import select
+import shutil
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+sys.path.append(str(Path(__file__).parent))  # confinement.py (run with -I: not on the path)
+
+import confinement  # noqa: E402
+
+ARGUMENTS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ARGUMENTS.add_argument("--scratch", type=Path, required=True, help="private writable directory")
+ARGUMENTS.add_argument("--own-pid-namespace", action="store_true",
+                       help="alone in a PID namespace: kill every other process after each job")
+OPTIONS = ARGUMENTS.parse_args()
+SCRATCH, OWN_PID_NAMESPACE = OPTIONS.scratch.resolve(), OPTIONS.own_pid_namespace
+SCRATCH_LAYOUT = ("home", "tmp", "work", "out")
+os.environ |= {"HOME": str(SCRATCH / "home"), "TMPDIR": str(SCRATCH / "tmp"),
+               "IPYTHONDIR": str(SCRATCH / "home" / ".ipython"), "MPLBACKEND": "Agg"}
 
 import matplotlib.pyplot  # noqa: E402, F401  (imported once here, not per submission)
 import numpy as np  # noqa: E402
@@ -49,6 +71,7 @@ from attention_course.model import DecoderOnlyTransformer  # noqa: E402
 # lesson 05's held-out test: the seeds its graded cell decodes, the task it is about
 COPY_SEEDS, COPY_TASK, COPY_SEQUENCES = (2024, 4242), CopyTask(seq_len=10, vocab_size=10), 1000
 GRACE_SECONDS = 5.0  # after SIGINT, how long a cell has to stop before it is killed
+PROGRESS_FD = 3  # in the forked process: where it reports the cell it starts
 
 # ---------------------------------------------------------------- what student code may tamper with
 
@@ -186,19 +209,11 @@ def _describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"[:2000]
 
 
-# ---------------------------------------------------------------- one submission
+# ---------------------------------------------------------------- one submission, confined
 
 def run_submission(job: dict, progress) -> None:
     """Runs in the forked process: execute the cells, record at the graded cells, save."""
-    out = Path(job["out"])
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    os.chdir(work)
-    log = os.open(out / "output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    os.environ["IPYTHONDIR"] = str(out / "ipython")  # no profile, no startup files, no history
+    os.chdir(SCRATCH / "work")
     shell = InteractiveShell.instance(config=Config(HistoryManager={"enabled": False}))
     pristine = _shell_state(shell)
     record, cell_errors, tampering = Record(), {}, []
@@ -216,7 +231,7 @@ def run_submission(job: dict, progress) -> None:
             record_checks(cell, shell.user_ns, record)
         else:
             record_copy_accuracy(cell, shell.user_ns, record)
-    record.save(out, {"cell_errors": cell_errors, "tampering": tampering})
+    record.save(SCRATCH / "out", {"cell_errors": cell_errors, "tampering": tampering})
     sys.stdout.flush()
     sys.stderr.flush()
     progress.write("done\n")
@@ -232,47 +247,95 @@ def _run_cell(shell: InteractiveShell, source: str) -> str | None:
     return None if err is None else _describe_error(err)
 
 
+def confine(job: dict, output: int, progress: int) -> None:
+    """In the forked process, before any student code: own process group, stdin from
+    /dev/null, stdout and stderr into the output pipe, no other descriptor, and the limits."""
+    os.setpgid(0, 0)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    for fd in (1, 2):
+        os.dup2(output, fd)
+    os.dup2(progress, PROGRESS_FD)
+    os.closerange(PROGRESS_FD + 1, os.sysconf("SC_OPEN_MAX"))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    confinement.limit_resources(**job["limits"])
+    confinement.forbid_new_processes()
+
+
 # ---------------------------------------------------------------- the warm parent
 
-def serve(jobs=sys.stdin, answers=sys.stdout) -> None:
+def serve(jobs=sys.stdin.buffer, answers=sys.stdout.buffer) -> None:
+    """One answer per job: a JSON line, then the bytes of the files it lists, in order."""
     for line in jobs:
         if line.strip():
-            answers.write(json.dumps(supervise(json.loads(line))) + "\n")
+            answer, files = supervise(json.loads(line))
+            answer["files"] = {name: len(data) for name, data in files.items()}
+            answers.write(json.dumps(answer).encode() + b"\n" + b"".join(files.values()))
             answers.flush()
 
 
-def supervise(job: dict) -> dict:
-    """Fork a process for ``job``, enforce its time limits, say how it ended."""
-    read_end, write_end = os.pipe()
+def supervise(job: dict) -> tuple[dict, dict[str, bytes]]:
+    """Fork a process for ``job``, enforce its limits, say how it ended, collect its files."""
+    reset_scratch()
+    output_read, output_write = os.pipe()
+    progress_read, progress_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the submission's process
-        os.close(read_end)
-        os.setpgid(0, 0)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         code = 0
         try:
-            run_submission(job, os.fdopen(write_end, "w"))
+            confine(job, output_write, progress_write)
+            run_submission(job, os.fdopen(PROGRESS_FD, "w"))
         except BaseException:  # noqa: BLE001 (any failure ends the process; the parent reports)
             code = 70
         os._exit(code)
-    os.close(write_end)
-    outcome = _watch(pid, read_end, job)
-    os.close(read_end)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # whatever it left running in its process group
-    except ProcessLookupError:
-        pass
-    return outcome
+    for fd in (output_write, progress_write):
+        os.close(fd)
+    output = Output(output_read, job["output_kept"])
+    outcome = _watch(pid, progress_read, output, job)
+    os.close(progress_read)
+    _kill_group(pid)
+    if OWN_PID_NAMESPACE:
+        _kill_strays()
+    files = {"output.txt": output.finish()}
+    if outcome["status"] == "finished":
+        outcome, saved = _saved_files(outcome, job["record_limit"])
+        files |= saved
+    reset_scratch()
+    return outcome, files
 
 
-def _watch(pid: int, progress_fd: int, job: dict) -> dict:
+class Output:
+    """The submission's stdout and stderr: the first ``kept`` bytes, and how many in all."""
+
+    def __init__(self, fd: int, kept: int):
+        self.fd, self.kept, self.data, self.total = fd, kept, bytearray(), 0
+
+    def drain(self) -> bool:
+        """Read what is there; False at end of file."""
+        chunk = os.read(self.fd, 65536)
+        self.total += len(chunk)
+        self.data += chunk[:max(0, self.kept - len(self.data))]
+        return bool(chunk)
+
+    def finish(self) -> bytes:
+        deadline = time.monotonic() + GRACE_SECONDS
+        while time.monotonic() < deadline and select.select([self.fd], [], [], 0.05)[0]:
+            if not self.drain():
+                break
+        os.close(self.fd)
+        if self.total > len(self.data):
+            self.data += f"\n[output cut: {self.total:,} bytes in all]\n".encode()
+        return bytes(self.data)
+
+
+def _watch(pid: int, progress_fd: int, output: Output, job: dict) -> dict:
     started = cell_started = time.monotonic()
     cell, done, interrupted, buffer = None, False, False, b""
     while True:
-        ready, _, _ = select.select([progress_fd], [], [], 0.05)
-        if ready:
-            chunk = os.read(progress_fd, 4096)
-            buffer += chunk
+        ready, _, _ = select.select([progress_fd, output.fd], [], [], 0.05)
+        if output.fd in ready:
+            output.drain()
+        if progress_fd in ready:
+            buffer += os.read(progress_fd, 4096)
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
                 done = done or line == b"done"
@@ -283,12 +346,12 @@ def _watch(pid: int, progress_fd: int, job: dict) -> dict:
             return _ended(status, done, cell)
         now = time.monotonic()
         if now - started > job["budget"]:
-            _kill(pid)
+            _kill_group(pid)
             return {"status": "timed out", "reason": f"the submission ran past its budget of "
                                                      f"{job['budget']:g} s (in cell {_n(cell)})"}
         if now - cell_started > job["cell_timeout"] + (GRACE_SECONDS if interrupted else 0):
             if interrupted:
-                _kill(pid)
+                _kill_group(pid)
                 return {"status": "timed out", "reason": f"cell {_n(cell)} ran past "
                         f"{job['cell_timeout']:g} s and did not stop when interrupted"}
             os.kill(pid, signal.SIGINT)
@@ -296,17 +359,77 @@ def _watch(pid: int, progress_fd: int, job: dict) -> dict:
 
 
 def _ended(status: int, done: bool, cell: int | None) -> dict:
-    if done and os.waitstatus_to_exitcode(status) == 0:
-        return {"status": "finished", "reason": ""}
     code = os.waitstatus_to_exitcode(status)
+    if done and code == 0:
+        return {"status": "finished", "reason": ""}
+    if code == -signal.SIGXCPU:
+        return {"status": "timed out", "reason": f"cell {_n(cell)} used up the submission's "
+                                                 f"CPU time"}
     how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
            else f"exited with status {code}")
     return {"status": "crashed", "reason": f"the kernel died in cell {_n(cell)} ({how})"}
 
 
-def _kill(pid: int) -> None:
-    os.killpg(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+def _saved_files(outcome: dict, limit: int) -> tuple[dict, dict[str, bytes]]:
+    """The observations the submission saved: regular files, ``limit`` bytes at most."""
+    files = {}
+    for name in ("observations.json", "observations.npz"):
+        try:
+            fd = os.open(SCRATCH / "out" / name, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return {"status": "crashed", "reason": "the kernel ended without saving what it "
+                                                   "observed"}, {}
+        with os.fdopen(fd, "rb") as file:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+                return {"status": "crashed", "reason": f"what the kernel saved is not a file "
+                                                       f"of at most {limit:,} bytes"}, {}
+            files[name] = file.read(limit)
+            limit -= len(files[name])
+    return outcome, files
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _kill_strays() -> None:
+    """Alone in the sandbox's PID namespace: kill every process but this one (and init)."""
+    for _ in range(1000):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # nothing left to kill
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.01)
+
+
+def reset_scratch() -> None:
+    """Empty the private scratch directory (whatever a submission did to it), then lay it out."""
+    SCRATCH.chmod(0o700)
+    for path, folders, _ in os.walk(SCRATCH):
+        for folder in (os.path.join(path, name) for name in folders):
+            if not os.path.islink(folder):  # a folder the submission locked stops rmtree
+                os.chmod(folder, 0o700)
+    for entry in os.scandir(SCRATCH):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    for name in SCRATCH_LAYOUT:
+        (SCRATCH / name).mkdir()
 
 
 def _n(cell: int | None) -> str:
@@ -314,5 +437,7 @@ def _n(cell: int | None) -> str:
 
 
 if __name__ == "__main__":
+    confinement.keep_memory_private()
+    reset_scratch()
     print(json.dumps({"ready": attention_course.__name__}), flush=True)
     serve()

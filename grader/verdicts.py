@@ -8,9 +8,9 @@ reference computed here. What happened inside the student's kernel (a patched
 ``torch.allclose``, a check cell that printed "ok") decides nothing.
 """
 
+import io
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -36,17 +36,17 @@ class Unreadable(Exception):
     """The runner's record is missing or malformed."""
 
 
-def read_record(out: Path) -> tuple[dict, list]:
+def read_record(files: dict[str, bytes]) -> tuple[dict, list]:
     """The runner's metadata and observations, checked for size and shape."""
-    meta_file, arrays_file = out / "observations.json", out / "observations.npz"
-    if not meta_file.is_file() or not arrays_file.is_file():
+    meta, arrays = files.get("observations.json"), files.get("observations.npz")
+    if meta is None or arrays is None:
         raise Unreadable("the kernel ended without leaving its observations")
-    if meta_file.stat().st_size + arrays_file.stat().st_size > MAX_RECORD_BYTES:
+    if len(meta) + len(arrays) > MAX_RECORD_BYTES:
         raise Unreadable("the observations are implausibly large")
     try:
-        data = json.loads(meta_file.read_text())
-        with np.load(arrays_file, allow_pickle=False) as arrays:
-            observations = from_arrays(data["observations"], arrays)
+        data = json.loads(meta)
+        with np.load(io.BytesIO(arrays), allow_pickle=False) as loaded:
+            observations = from_arrays(data["observations"], loaded)
         entries = list(data["entries"])
     except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as err:
         raise Unreadable(f"the observations are malformed ({type(err).__name__})") from None

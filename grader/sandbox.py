@@ -1,0 +1,110 @@
+"""The sandbox student code runs in: bubblewrap (``bwrap``) around the grading runner.
+
+What a submission sees inside is the Python environment and the course package, read-only, the
+runner's two files, and one private writable tmpfs of bounded size (home, temporary files,
+working directory), emptied between submissions. Nothing else of the machine: no network (its
+own empty network namespace), no other process (its own PID namespace, which dies with the
+grader), none of the grader's environment variables, and not the gradebook, the solutions and
+hidden tests, the workspace or other students' files, which are simply not there. The runner
+talks to the grader over its stdin and stdout pipes only. ``confinement`` adds the per-process
+limits (memory, CPU time, file size, open files, no new processes) from inside.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import attention_course
+
+GRADER = Path(__file__).parent
+RUNNER_FILES = ("runner.py", "confinement.py")
+INSIDE_RUNNER, INSIDE_SCRATCH = Path("/opt/grader"), Path("/scratch")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # often links into /usr
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/fonts")
+SANDBOX_UID = 1000
+
+
+class SandboxUnavailable(Exception):
+    """bubblewrap cannot run here; the message says why and what to do."""
+
+
+def bwrap() -> str:
+    return os.environ.get("ATTENTION_COURSE_BWRAP") or shutil.which("bwrap") or "bwrap"
+
+
+def runner_command(disk: int) -> list[str]:
+    """The runner, started in a fresh sandbox whose private tmpfs holds ``disk`` bytes."""
+    return sandboxed([sys.executable, "-I", str(INSIDE_RUNNER / "runner.py"),
+                      "--scratch", str(INSIDE_SCRATCH), "--own-pid-namespace"], disk)
+
+
+def sandboxed(command: list[str], disk: int) -> list[str]:
+    isolation = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                 "--new-session", "--cap-drop", "ALL", "--uid", str(SANDBOX_UID),
+                 "--gid", str(SANDBOX_UID), "--clearenv"]
+    environment = ["--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                   "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "student",
+                   "--setenv", "OMP_NUM_THREADS", "1"]
+    files = ["--ro-bind", "/usr", "/usr", *_system_links(), *_read_only(_python_trees()),
+             *_read_only_try(SYSTEM_FILES), "--proc", "/proc", "--dev", "/dev",
+             "--size", str(disk), "--tmpfs", str(INSIDE_SCRATCH),
+             "--symlink", str(INSIDE_SCRATCH / "tmp"), "/tmp"]
+    for name in RUNNER_FILES:
+        files += ["--ro-bind", str(GRADER / name), str(INSIDE_RUNNER / name)]
+    files += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(INSIDE_SCRATCH)]
+    return [bwrap(), *isolation, *environment, *files, "--", *command]
+
+
+def _python_trees() -> list[Path]:
+    """The interpreter, its environment and the course package; outermost first, no repeats."""
+    trees = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
+                   | {Path(attention_course.__file__).parent.resolve(),
+                      Path(sys.executable).resolve().parent})
+    usr = Path("/usr")
+    outermost = []
+    for tree in trees:
+        if not any(tree.is_relative_to(outer) for outer in [usr, *outermost]):
+            outermost.append(tree)
+    return outermost
+
+
+def _system_links() -> list[str]:
+    arguments = []
+    for path in filter(os.path.lexists, SYSTEM_LINKS):
+        if os.path.islink(path):
+            arguments += ["--symlink", os.readlink(path), path]
+        else:
+            arguments += ["--ro-bind", path, path]
+    return arguments
+
+
+def _read_only(paths) -> list[str]:
+    return [argument for path in paths for argument in ("--ro-bind", str(path), str(path))]
+
+
+def _read_only_try(paths) -> list[str]:
+    return [argument for path in paths for argument in ("--ro-bind-try", path, path)]
+
+
+def check(disk: int) -> None:
+    """Start one sandbox and confine a process in it, or raise SandboxUnavailable saying why."""
+    probe = "import sys; sys.path.append(sys.argv[1]); import confinement as c; " \
+            "c.forbid_new_processes()"
+    command = sandboxed([sys.executable, "-I", "-c", probe, str(INSIDE_RUNNER)], disk)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SandboxUnavailable(
+            f"bubblewrap is not installed ({command[0]} not found): install the Debian or "
+            f"Ubuntu package bubblewrap (`make sandbox` does it)") from None
+    except subprocess.TimeoutExpired:
+        raise SandboxUnavailable("bubblewrap did not start a sandbox within 60 s") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise SandboxUnavailable(
+            f"bubblewrap cannot start a sandbox here: {said}. It needs unprivileged user "
+            f"namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 and later "
+            f"also kernel.apparmor_restrict_unprivileged_userns=0) and seccomp")
