@@ -16,12 +16,14 @@ For each job it forks a fresh process, confined before any student code runs (``
 resource limits, no new processes), that runs the code cells in order in an IPython shell (the
 engine inside ipykernel) and, where a graded test cell stood, records what the student's objects
 do on the check's seeded inputs (``attention_course.checks.recording``); nothing is judged here.
-The forked process reports each cell as it starts; a cell past ``cell_timeout`` is interrupted
-(SIGINT), then killed if it does not stop, and the whole job is killed past ``budget``. Its
-output goes through a pipe, of which the first ``output_kept`` bytes are kept.
+It talks to this process over pipes only: its output (the first ``output_kept`` bytes kept),
+the cell it starts, and at the end what it observed (``record_limit`` bytes at most). A cell
+past ``cell_timeout`` is interrupted (SIGINT), then killed if it does not stop, and the whole
+job is killed past ``budget``.
 
 Each answer is a JSON line, {"status": "finished" | "timed out" | "crashed", "reason": "...",
-"files": {name: size}}, followed by the files' bytes: the output and the observations. Between
+"files": {name: size}}, followed by the files' bytes: output.txt, and when it finished,
+observations.json and observations.npz (plain arrays, no pickles). Between
 jobs the scratch directory (home, temporary files, working directory) is emptied and, in the
 sandbox's own PID namespace (``--own-pid-namespace``), every other process is killed.
 
@@ -30,12 +32,13 @@ the grader's files are not visible.
 """
 
 import argparse
+import fcntl
+import io
 import json
 import os
 import select
 import shutil
 import signal
-import stat
 import sys
 import time
 from pathlib import Path
@@ -50,7 +53,7 @@ ARGUMENTS.add_argument("--own-pid-namespace", action="store_true",
                        help="alone in a PID namespace: kill every other process after each job")
 OPTIONS = ARGUMENTS.parse_args()
 SCRATCH, OWN_PID_NAMESPACE = OPTIONS.scratch.resolve(), OPTIONS.own_pid_namespace
-SCRATCH_LAYOUT = ("home", "tmp", "work", "out")
+SCRATCH_LAYOUT = ("home", "tmp", "work")
 os.environ |= {"HOME": str(SCRATCH / "home"), "TMPDIR": str(SCRATCH / "tmp"),
                "IPYTHONDIR": str(SCRATCH / "home" / ".ipython"), "MPLBACKEND": "Agg"}
 
@@ -71,7 +74,9 @@ from attention_course.model import DecoderOnlyTransformer  # noqa: E402
 # lesson 05's held-out test: the seeds its graded cell decodes, the task it is about
 COPY_SEEDS, COPY_TASK, COPY_SEQUENCES = (2024, 4242), CopyTask(seq_len=10, vocab_size=10), 1000
 GRACE_SECONDS = 5.0  # after SIGINT, how long a cell has to stop before it is killed
-PROGRESS_FD = 3  # in the forked process: where it reports the cell it starts
+# the forked process's pipes to the runner: its output, the cell it starts, what it observed
+OUTPUT_FD, PROGRESS_FD, RECORD_FD = 1, 3, 4
+UNCONFINED = 71  # its exit status when the limits could not be set: no student code ran
 
 # ---------------------------------------------------------------- what student code may tamper with
 
@@ -148,11 +153,15 @@ class Record:
         self.entries.append(entry | {"first": len(self.calls), "count": len(calls)})
         self.calls.extend(calls)
 
-    def save(self, out: Path, extra: dict) -> None:
+    def send(self, pipe, extra: dict) -> None:
+        """To the runner: the metadata as one JSON line, then the arrays as an .npz file."""
         metadata, arrays = recording.to_arrays(self.calls)
-        np.savez(out / "observations.npz", **arrays)
-        (out / "observations.json").write_text(json.dumps(
-            {"entries": self.entries, "observations": metadata} | extra))
+        pipe.write(json.dumps({"entries": self.entries, "observations": metadata} | extra)
+                   .encode() + b"\n")
+        arrays_file = io.BytesIO()
+        np.savez(arrays_file, **arrays)
+        pipe.write(arrays_file.getvalue())
+        pipe.flush()
 
 
 def record_checks(cell: dict, namespace: dict, record: Record) -> None:
@@ -211,8 +220,8 @@ def _describe_error(err: BaseException) -> str:
 
 # ---------------------------------------------------------------- one submission, confined
 
-def run_submission(job: dict, progress) -> None:
-    """Runs in the forked process: execute the cells, record at the graded cells, save."""
+def run_submission(job: dict, progress, record_pipe) -> None:
+    """Runs in the forked process: execute the cells, record at the graded cells, send."""
     os.chdir(SCRATCH / "work")
     shell = InteractiveShell.instance(config=Config(HistoryManager={"enabled": False}))
     pristine = _shell_state(shell)
@@ -231,7 +240,7 @@ def run_submission(job: dict, progress) -> None:
             record_checks(cell, shell.user_ns, record)
         else:
             record_copy_accuracy(cell, shell.user_ns, record)
-    record.save(SCRATCH / "out", {"cell_errors": cell_errors, "tampering": tampering})
+    record.send(record_pipe, {"cell_errors": cell_errors, "tampering": tampering})
     sys.stdout.flush()
     sys.stderr.flush()
     progress.write("done\n")
@@ -247,18 +256,21 @@ def _run_cell(shell: InteractiveShell, source: str) -> str | None:
     return None if err is None else _describe_error(err)
 
 
-def confine(job: dict, output: int, progress: int) -> None:
-    """In the forked process, before any student code: own process group, stdin from
-    /dev/null, stdout and stderr into the output pipe, no other descriptor, and the limits."""
+def confine(job: dict, pipes: dict[int, int]) -> None:
+    """In the forked process, before any student code: its own process group, stdin from
+    /dev/null, ``pipes`` (fd here -> write end) and no other descriptor, then the limits."""
     os.setpgid(0, 0)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    for fd in (1, 2):
-        os.dup2(output, fd)
-    os.dup2(progress, PROGRESS_FD)
-    os.closerange(PROGRESS_FD + 1, os.sysconf("SC_OPEN_MAX"))
+    above = {fd: fcntl.fcntl(write_end, fcntl.F_DUPFD, 10) for fd, write_end in pipes.items()}
+    for fd, copy in above.items():  # (a write end may itself sit on one of the target fds)
+        os.dup2(copy, fd)
+    os.closerange(max(pipes) + 1, os.sysconf("SC_OPEN_MAX"))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    confinement.limit_resources(**job["limits"])
-    confinement.forbid_new_processes()
+    try:
+        confinement.limit_resources(**job["limits"])
+        confinement.forbid_new_processes()
+    except (OSError, ValueError):
+        os._exit(UNCONFINED)
 
 
 # ---------------------------------------------------------------- the warm parent
@@ -274,66 +286,71 @@ def serve(jobs=sys.stdin.buffer, answers=sys.stdout.buffer) -> None:
 
 
 def supervise(job: dict) -> tuple[dict, dict[str, bytes]]:
-    """Fork a process for ``job``, enforce its limits, say how it ended, collect its files."""
-    reset_scratch()
-    output_read, output_write = os.pipe()
-    progress_read, progress_write = os.pipe()
+    """Fork a process for ``job``, enforce its limits, say how it ended, collect what it sent."""
+    pipes = {fd: os.pipe() for fd in (OUTPUT_FD, PROGRESS_FD, RECORD_FD)}
     pid = os.fork()
     if pid == 0:  # the submission's process
         code = 0
         try:
-            confine(job, output_write, progress_write)
-            run_submission(job, os.fdopen(PROGRESS_FD, "w"))
+            writes = {fd: write for fd, (_, write) in pipes.items()}
+            confine(job, writes | {2: writes[OUTPUT_FD]})
+            run_submission(job, os.fdopen(PROGRESS_FD, "w"), os.fdopen(RECORD_FD, "wb"))
         except BaseException:  # noqa: BLE001 (any failure ends the process; the parent reports)
             code = 70
         os._exit(code)
-    for fd in (output_write, progress_write):
-        os.close(fd)
-    output = Output(output_read, job["output_kept"])
-    outcome = _watch(pid, progress_read, output, job)
-    os.close(progress_read)
+    for _, write in pipes.values():
+        os.close(write)
+    output = Stream(pipes[OUTPUT_FD][0], job["output_kept"])
+    record = Stream(pipes[RECORD_FD][0], job["record_limit"])
+    outcome = _watch(pid, pipes[PROGRESS_FD][0], (output, record), job)
+    os.close(pipes[PROGRESS_FD][0])
     _kill_group(pid)
     if OWN_PID_NAMESPACE:
         _kill_strays()
-    files = {"output.txt": output.finish()}
-    if outcome["status"] == "finished":
-        outcome, saved = _saved_files(outcome, job["record_limit"])
-        files |= saved
     reset_scratch()
-    return outcome, files
+    files = {"output.txt": output.finish()}
+    if output.total > len(files["output.txt"]):
+        files["output.txt"] += f"\n[output cut: {output.total:,} bytes in all]\n".encode()
+    observations = record.finish()
+    if outcome["status"] != "finished":
+        return outcome, files
+    if record.total > record.limit or b"\n" not in observations:
+        return {"status": "crashed", "reason": f"the kernel did not send what it observed (at "
+                f"most {record.limit:,} bytes); it sent {record.total:,}"}, files
+    meta, arrays = observations.split(b"\n", 1)
+    return outcome, files | {"observations.json": meta, "observations.npz": arrays}
 
 
-class Output:
-    """The submission's stdout and stderr: the first ``kept`` bytes, and how many in all."""
+class Stream:
+    """A pipe from the submission's process, read as it comes: the first ``limit`` bytes are
+    kept, the rest only counted."""
 
-    def __init__(self, fd: int, kept: int):
-        self.fd, self.kept, self.data, self.total = fd, kept, bytearray(), 0
+    def __init__(self, fd: int, limit: int):
+        self.fd, self.limit, self.data, self.total = fd, limit, bytearray(), 0
 
     def drain(self) -> bool:
         """Read what is there; False at end of file."""
-        chunk = os.read(self.fd, 65536)
+        chunk = os.read(self.fd, 1 << 16)
         self.total += len(chunk)
-        self.data += chunk[:max(0, self.kept - len(self.data))]
+        self.data += chunk[:max(0, self.limit - len(self.data))]
         return bool(chunk)
 
     def finish(self) -> bytes:
-        deadline = time.monotonic() + GRACE_SECONDS
-        while time.monotonic() < deadline and select.select([self.fd], [], [], 0.05)[0]:
-            if not self.drain():
-                break
+        """Read to the end (its writers are gone), close, return what was kept."""
+        while select.select([self.fd], [], [], GRACE_SECONDS)[0] and self.drain():
+            pass
         os.close(self.fd)
-        if self.total > len(self.data):
-            self.data += f"\n[output cut: {self.total:,} bytes in all]\n".encode()
         return bytes(self.data)
 
 
-def _watch(pid: int, progress_fd: int, output: Output, job: dict) -> dict:
+def _watch(pid: int, progress_fd: int, streams: tuple[Stream, ...], job: dict) -> dict:
     started = cell_started = time.monotonic()
     cell, done, interrupted, buffer = None, False, False, b""
     while True:
-        ready, _, _ = select.select([progress_fd, output.fd], [], [], 0.05)
-        if output.fd in ready:
-            output.drain()
+        ready, _, _ = select.select([progress_fd, *(s.fd for s in streams)], [], [], 0.05)
+        for stream in streams:
+            if stream.fd in ready:
+                stream.drain()
         if progress_fd in ready:
             buffer += os.read(progress_fd, 4096)
             *lines, buffer = buffer.split(b"\n")
@@ -362,31 +379,15 @@ def _ended(status: int, done: bool, cell: int | None) -> dict:
     code = os.waitstatus_to_exitcode(status)
     if done and code == 0:
         return {"status": "finished", "reason": ""}
+    if code == UNCONFINED:
+        return {"status": "crashed", "reason": "the kernel could not be confined (resource "
+                                               "limits or seccomp refused): nothing was run"}
     if code == -signal.SIGXCPU:
         return {"status": "timed out", "reason": f"cell {_n(cell)} used up the submission's "
                                                  f"CPU time"}
     how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
            else f"exited with status {code}")
     return {"status": "crashed", "reason": f"the kernel died in cell {_n(cell)} ({how})"}
-
-
-def _saved_files(outcome: dict, limit: int) -> tuple[dict, dict[str, bytes]]:
-    """The observations the submission saved: regular files, ``limit`` bytes at most."""
-    files = {}
-    for name in ("observations.json", "observations.npz"):
-        try:
-            fd = os.open(SCRATCH / "out" / name, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            return {"status": "crashed", "reason": "the kernel ended without saving what it "
-                                                   "observed"}, {}
-        with os.fdopen(fd, "rb") as file:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-                return {"status": "crashed", "reason": f"what the kernel saved is not a file "
-                                                       f"of at most {limit:,} bytes"}, {}
-            files[name] = file.read(limit)
-            limit -= len(files[name])
-    return outcome, files
 
 
 def _kill_group(pid: int) -> None:
