@@ -74,11 +74,11 @@ class Runner:
         if self.sandboxed:
             return sandbox.runner_command(self.limits.disk)
         self.scratch.mkdir(parents=True, exist_ok=True)
-        return [sys.executable, "-I", str(RUNNER), "--scratch", str(self.scratch)]
+        return [sandbox.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch)]
 
     def start(self) -> None:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "OMP_NUM_THREADS": "1"}
+        env = {} if self.sandboxed else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+                                         "OMP_NUM_THREADS": "1"}  # none of the grader's
         self.process = subprocess.Popen(self.command(), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=env,
                                         cwd=None if self.sandboxed else self.scratch,

@@ -223,7 +223,8 @@ def _describe_error(err: BaseException) -> str:
 def run_submission(job: dict, progress, record_pipe) -> None:
     """Runs in the forked process: execute the cells, record at the graded cells, send."""
     os.chdir(SCRATCH / "work")
-    shell = InteractiveShell.instance(config=Config(HistoryManager={"enabled": False}))
+    shell = InteractiveShell.instance(config=Config(  # plain tracebacks: read in a text file
+        HistoryManager={"enabled": False}, InteractiveShell={"colors": "nocolor"}))
     pristine = _shell_state(shell)
     record, cell_errors, tampering = Record(), {}, []
     for index, cell in enumerate(job["cells"]):

@@ -24,6 +24,7 @@ INSIDE_RUNNER, INSIDE_SCRATCH = Path("/opt/grader"), Path("/scratch")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # often links into /usr
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/fonts")
 SANDBOX_UID = 1000
+PYTHON = os.path.abspath(sys.executable)  # the environment's own, symlinks not followed
 
 
 class SandboxUnavailable(Exception):
@@ -36,7 +37,7 @@ def bwrap() -> str:
 
 def runner_command(disk: int) -> list[str]:
     """The runner, started in a fresh sandbox whose private tmpfs holds ``disk`` bytes."""
-    return sandboxed([sys.executable, "-I", str(INSIDE_RUNNER / "runner.py"),
+    return sandboxed([PYTHON, "-I", str(INSIDE_RUNNER / "runner.py"),
                       "--scratch", str(INSIDE_SCRATCH), "--own-pid-namespace"], disk)
 
 
@@ -44,7 +45,7 @@ def sandboxed(command: list[str], disk: int) -> list[str]:
     isolation = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                  "--new-session", "--cap-drop", "ALL", "--uid", str(SANDBOX_UID),
                  "--gid", str(SANDBOX_UID), "--clearenv"]
-    environment = ["--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    environment = ["--setenv", "PATH", f"{Path(PYTHON).parent}:/usr/bin:/bin",
                    "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "student",
                    "--setenv", "OMP_NUM_THREADS", "1"]
     files = ["--ro-bind", "/usr", "/usr", *_system_links(), *_read_only(_python_trees()),
@@ -61,7 +62,7 @@ def _python_trees() -> list[Path]:
     """The interpreter, its environment and the course package; outermost first, no repeats."""
     trees = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
                    | {Path(attention_course.__file__).parent.resolve(),
-                      Path(sys.executable).resolve().parent})
+                      Path(PYTHON).parent, Path(PYTHON).resolve().parent})
     usr = Path("/usr")
     outermost = []
     for tree in trees:
@@ -92,7 +93,7 @@ def check(disk: int) -> None:
     """Start one sandbox and confine a process in it, or raise SandboxUnavailable saying why."""
     probe = "import sys; sys.path.append(sys.argv[1]); import confinement as c; " \
             "c.forbid_new_processes()"
-    command = sandboxed([sys.executable, "-I", "-c", probe, str(INSIDE_RUNNER)], disk)
+    command = sandboxed([PYTHON, "-I", "-c", probe, str(INSIDE_RUNNER)], disk)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)

