@@ -3,6 +3,7 @@
 #   make test   install if needed, then run the whole test suite
 #   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
 #   make demo   grade a synthetic class of 30 students and write its report (instructors)
+#   make adversarial  grade 46 crafted attacks on the grader and summarise what they got
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +14,7 @@ WORK ?= work
 PORT ?= 8888
 
 .PHONY: install chromium sandbox lab working-copy formgrader release collect grade feedback report demo \
-	test bench lint clean
+	adversarial test bench lint clean
 
 install: $(INSTALLED)
 
@@ -96,6 +97,11 @@ DEMO_WORKSPACE ?= demo-course
 demo: install sandbox
 	rm -rf "$(DEMO_WORKSPACE)"
 	$(BIN)/python -m grader --workspace "$(DEMO_WORKSPACE)" demo
+
+# Crafted submissions (cheating, escaping the sandbox, exhausting the machine) through the real
+# pipeline, with the summary an instructor needs; also part of `make test`.
+adversarial: install sandbox
+	$(BIN)/python tests/adversarial/suite.py
 
 test: install chromium sandbox
 	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest

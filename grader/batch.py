@@ -21,7 +21,6 @@ import queue
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable

@@ -142,11 +142,11 @@ def with_kernelspec():
 # ---------------------------------------------------------------- attack code
 
 def reads_secrets(t: Target) -> str:
-    secret_files = [f"{t.root}/solutions/{LESSON}/{LESSON}.ipynb", t.gradebook,
-                    f"{t.workspace}/instructor-notes.txt",
-                    f"{t.workspace}/submitted/honest-a/{LESSON}/{LESSON}.ipynb"]
+    secret_files = [f"{t.workspace}/instructor-notes.txt",
+                    f"{t.workspace}/submitted/honest-a/{LESSON}/{LESSON}.ipynb",
+                    f"{t.root}/solutions/{LESSON}/{LESSON}.ipynb"]
     return f"""
-    import glob, os
+    import glob, os, sqlite3
     print("environment:", dict(os.environ))
     for path in {secret_files!r}:
         try:
@@ -154,10 +154,16 @@ def reads_secrets(t: Target) -> str:
                 print("READ", path, file.read())
         except OSError as err:
             print("cannot read", path, err)
+    try:
+        with open({t.gradebook!r}, "rb"):  # sqlite would create a missing file
+            print("READ", {t.gradebook!r}, sqlite3.connect({t.gradebook!r}).execute(
+                "SELECT * FROM student").fetchall())
+    except (OSError, sqlite3.Error) as err:
+        print("cannot read", {t.gradebook!r}, err)
     for path in glob.glob({t.workspace!r} + "/**", recursive=True) + glob.glob("/proc/*/environ"):
         try:
             with open(path, "rb") as file:
-                print("found", path, file.read()[:10000])
+                print("found", path, file.read()[:1000])
         except OSError as err:
             print("cannot open", path, err)
     """

@@ -1,0 +1,158 @@
+"""The grading sandbox: what student code sees and may do inside it, the limits of the process
+that runs a submission, and grading's refusal to run student code where there is no sandbox."""
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import cli, sandbox
+from grader.course import ROOT, Workspace
+from grader.demo import practice_names, student_notebook
+
+NO_NAMESPACES = "bwrap: No permissions to create a new namespace, likely because the kernel " \
+                "does not allow non-privileged user namespaces."
+
+
+def run_inside(code: str, disk: int = 2**26) -> dict:
+    """Run ``code`` (which prints one JSON object) in a fresh sandbox; what it printed."""
+    done = subprocess.run(sandbox.sandboxed([sandbox.PYTHON, "-I", "-c", textwrap.dedent(code)],
+                                            disk), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_but_scratch():
+    seen = run_inside(f"""
+        import json, os
+        def writable(path):
+            try:
+                open(path, "w").close()
+                return True
+            except OSError:
+                return False
+        import attention_course
+        print(json.dumps({{
+            "repository": os.listdir({str(ROOT)!r}) if os.path.isdir({str(ROOT)!r}) else [],
+            "package": attention_course.__file__,
+            "environment": sorted(os.environ),
+            "processes": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+            "writable": [p for p in ("/scratch/x", "/x", "/dev/x", "/tmp/x", "/usr/x",
+                                     attention_course.__file__) if writable(p)],
+            "uid": os.getuid(),
+        }}))""")
+    assert set(seen["repository"]) <= {".venv", "src"}  # the environment and the package only
+    assert seen["package"].startswith(str(ROOT / "src"))
+    assert seen["environment"] == sorted(["LANG", "OMP_NUM_THREADS", "PATH", "PWD", "USER"])
+    assert len(seen["processes"]) <= 3  # bwrap's init and this python: a PID namespace
+    assert seen["writable"] == ["/scratch/x"]
+    assert seen["uid"] == sandbox.SANDBOX_UID
+
+
+def test_inside_there_is_no_network():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        seen = run_inside(f"""
+            import json, socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+                print(json.dumps("connected"))
+            except OSError as err:
+                print(json.dumps(type(err).__name__))""")
+    assert seen == "ConnectionRefusedError"
+
+
+def test_the_scratch_space_is_bounded():
+    seen = run_inside("""
+        import json
+        written = 0
+        try:
+            with open("/scratch/fill", "wb") as file:
+                while written < 2**28:
+                    file.write(b"\\0" * 2**20)
+                    file.flush()
+                    written += 2**20
+        except OSError as err:
+            print(json.dumps([written, err.strerror]))""", disk=2**25)
+    assert seen[0] <= 2**25 and seen[1] == "No space left on device"
+
+
+CONFINED = """
+import json, os, subprocess, sys, threading
+sys.path.insert(0, {grader!r})
+from confinement import forbid_new_processes, limit_resources
+limit_resources(memory=2**31, cpu_seconds=60, file_size=2**20, open_files=64)
+forbid_new_processes()
+seen = {{}}
+for name, attempt in [("fork", os.fork), ("subprocess", lambda: subprocess.run(["true"])),
+                      ("allocation", lambda: bytes(2**32)),
+                      ("big file", lambda: open("{big}", "wb").write(bytes(2**21)))]:
+    try:
+        attempt()
+        seen[name] = "allowed"
+    except (OSError, MemoryError) as err:
+        seen[name] = type(err).__name__
+thread = threading.Thread(target=lambda: seen.setdefault("thread", "ran"))
+thread.start()
+thread.join()
+print(json.dumps(seen))
+"""
+
+
+def test_a_confined_process_starts_threads_but_no_processes_and_stays_in_its_limits(tmp_path):
+    code = CONFINED.format(grader=str(ROOT / "grader"), big=tmp_path / "big")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert json.loads(done.stdout) == {"fork": "PermissionError",
+                                       "subprocess": "PermissionError",
+                                       "allocation": "MemoryError", "big file": "OSError",
+                                       "thread": "ran"}
+
+
+def test_without_bubblewrap_the_check_says_how_to_install_it(monkeypatch):
+    monkeypatch.setenv("ATTENTION_COURSE_BWRAP", "/nonexistent/bwrap")
+    with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap is not installed"):
+        sandbox.check(2**26)
+
+
+@pytest.fixture
+def broken_bwrap(tmp_path, monkeypatch) -> None:
+    """A bwrap that fails the way it does where user namespaces are switched off."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho '{NO_NAMESPACES}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ATTENTION_COURSE_BWRAP", str(fake))
+
+
+def test_where_bubblewrap_cannot_run_the_check_says_why(broken_bwrap):
+    with pytest.raises(sandbox.SandboxUnavailable) as refused:
+        sandbox.check(2**26)
+    assert NO_NAMESPACES in str(refused.value)
+    assert "unprivileged user namespaces" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_grading_refuses_to_run_student_code_unsandboxed_unless_told(broken_bwrap, tmp_path,
+                                                                      capsys):
+    lesson = "01_embeddings"
+    workspace = Workspace(tmp_path / "course")
+    submitted = workspace.submitted / "ada" / lesson / f"{lesson}.ipynb"
+    submitted.parent.mkdir(parents=True)
+    nbformat.write(student_notebook(lesson, dict.fromkeys(practice_names(lesson))), submitted)
+    grade = ["--workspace", str(workspace.root), "grade", "--workers", "1"]
+    with pytest.raises(SystemExit) as refused:
+        cli.main(grade)
+    message = str(refused.value)
+    assert "Not grading" in message and NO_NAMESPACES in message and "--no-sandbox" in message
+    assert not workspace.results.exists()  # nothing ran
+
+    assert cli.main([*grade, "--no-sandbox"]) == 0
+    assert "--no-sandbox: student code runs with your rights" in capsys.readouterr().err
+    result = json.loads(workspace.result_file("ada", lesson).read_text())
+    assert (result["outcome"], result["score"]) == ("graded", result["max_score"])
+    assert Path(workspace.scratch / "worker-0").is_dir()  # it ran on the host, in scratch/
