@@ -62,10 +62,12 @@ def report(results: dict) -> None:
           f"{secs['median']:.1f} s ({secs['min']:.1f}-{secs['max']:.1f}), "
           f"held-out accuracy >= {accuracy['min']:.2%}")
     grading_run = results["grading"]
-    print(f"grading {grading_run['submissions']} submissions: "
-          f"{grading_run['per_minute']['ours']:.1f} per minute against "
-          f"{grading_run['per_minute']['stock']:.1f} for stock nbgrader autograde "
-          f"(x{grading_run['ratio']:.1f}); identical points: {grading_run['identical_points']}")
+    rate = grading_run["per_minute"]
+    print(f"grading {grading_run['submissions']} submissions: {rate['ours']:.1f} per minute "
+          f"sandboxed ({rate['ours unsandboxed']:.1f} without the sandbox: time "
+          f"x{grading_run['sandbox_cost']:.2f}) against {rate['stock']:.1f} for stock nbgrader "
+          f"autograde (x{grading_run['ratio']:.1f}); identical points: "
+          f"{grading_run['identical_points']}")
     cost = {(r["implementation"], r["T"]): r for r in results["attention_cost"]}
     longest = max(T for _, T in cost)
     for ours, theirs in (("course attention", "torch sdpa"), ("course MHA", "torch MHA")):

@@ -1,9 +1,11 @@
-"""Grading throughput: `python -m grader grade` against stock sequential `nbgrader autograde`.
+"""Grading throughput: `python -m grader grade` (sandbox on, and off) against stock sequential
+`nbgrader autograde`.
 
-Both grade the same honest submissions of the demo class (correct, mistaken, partly answered
-and blank notebooks: the ones stock nbgrader grades without help), each with its own workspace
-and gradebook, in alternating runs. Reports wall time and submissions per minute of each, their
-ratio, and whether every submission got identical points from both.
+All three grade the same honest submissions of the demo class (correct, mistaken, partly
+answered and blank notebooks: the ones stock nbgrader grades without help), each with its own
+workspace and gradebook, in alternating runs. Reports wall time and submissions per minute of
+each, the ratio to stock, what the sandbox costs, and whether every submission got identical
+points from all three.
 """
 
 import os
@@ -46,9 +48,10 @@ def environment(workspace: Path) -> dict:
                          "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def ours(workspace: Path, lessons: list[str]) -> float:
+def ours(workspace: Path, lessons: list[str], sandboxed: bool = True) -> float:
     command = [sys.executable, "-m", "grader", "--workspace", str(workspace), "grade"]
     command += [arg for lesson in lessons for arg in ("--lesson", lesson)]
+    command += [] if sandboxed else ["--no-sandbox"]
     return _timed(command, ROOT, environment(workspace))
 
 
@@ -67,24 +70,32 @@ def _timed(command: list[str], cwd: Path, env: dict) -> float:
     return time.perf_counter() - start
 
 
+GRADERS = {"stock": stock, "ours": ours,  # ours: sandboxed, as `make grade` runs it
+           "ours unsandboxed": lambda workspace, lessons: ours(workspace, lessons, False)}
+
+
 def measure(students: list[int], lessons: list[str] | None = None, rounds: int = 1) -> dict:
     lessons = lessons or lesson_names()
     with tempfile.TemporaryDirectory() as scratch:
-        workspaces = {name: Path(scratch) / name for name in ("ours", "stock")}
+        workspaces = {name: Path(scratch) / name.replace(" ", "-") for name in GRADERS}
         count = build_class(workspaces["ours"], students, lessons)
-        shutil.copytree(workspaces["ours"] / "submitted", workspaces["stock"] / "submitted")
-        for workspace in workspaces.values():  # not timed: the same one-off setup for both
+        for name, workspace in workspaces.items():  # not timed: the same one-off setup for all
+            if name != "ours":
+                shutil.copytree(workspaces["ours"] / "submitted", workspace / "submitted")
             gradebook.ensure_lessons(Workspace(workspace).db_url, lessons)
-        times = {"stock": [], "ours": []}
-        for _ in range(rounds):  # alternating, so both see the same machine
-            times["stock"].append(stock(workspaces["stock"], lessons))
-            times["ours"].append(ours(workspaces["ours"], lessons))
+        times = {name: [] for name in GRADERS}
+        for _ in range(rounds):  # alternating, so all see the same machine
+            for name, grade in GRADERS.items():
+                times[name].append(grade(workspaces[name], lessons))
         points = {name: gradebook.scores(Workspace(w).db_url) for name, w in workspaces.items()}
-    different = sorted(f"{student}/{lesson}" for (student, lesson), got in points["ours"].items()
-                       if points["stock"].get((student, lesson)) != got)
+    different = sorted(f"{name}: {student}/{lesson}" for name in points
+                       for (student, lesson), got in points["stock"].items()
+                       if points[name].get((student, lesson)) != got)
     median = {name: statistics.median(t) for name, t in times.items()}
     return {"submissions": count, "students": len(students), "lessons": lessons,
             "rounds": rounds, "seconds": times,
             "per_minute": {name: 60 * count / t for name, t in median.items()},
-            "ratio": median["stock"] / median["ours"], "identical_points": not different,
-            "different": different, "sandbox": False, "workers": os.cpu_count()}
+            "ratio": median["stock"] / median["ours"],
+            "sandbox_cost": median["ours"] / median["ours unsandboxed"],
+            "identical_points": not different, "different": different, "sandbox": True,
+            "workers": os.cpu_count()}

@@ -22,7 +22,9 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert runs and all(run["steps"] > 0 and 0 <= run["accuracy"] <= 1 for run in runs)
     grading = results["grading"]
     assert grading["submissions"] >= 1 and grading["identical_points"] is True
-    assert grading["per_minute"]["ours"] > 0 and grading["per_minute"]["stock"] > 0
+    assert set(grading["per_minute"]) == {"ours", "ours unsandboxed", "stock"}
+    assert all(rate > 0 for rate in grading["per_minute"].values())
+    assert grading["sandbox"] is True and grading["sandbox_cost"] > 0
     cost = results["attention_cost"]
     assert {row["implementation"] for row in cost} == {
         "course attention", "torch sdpa", "course MHA", "torch MHA"}

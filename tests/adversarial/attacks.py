@@ -118,8 +118,15 @@ def with_points(cells, points: float):
 
 
 def duplicated(cells):
-    return [copy.deepcopy(c) for cell in cells
-            for c in ([cell, cell] if is_test_cell(cell) or is_answer_cell(cell) else [cell])]
+    """Every answer and test cell twice, as copy and paste in JupyterLab leaves them."""
+    doubled = []
+    for cell in cells:
+        doubled.append(cell)
+        if is_test_cell(cell) or is_answer_cell(cell):
+            twin = copy.deepcopy(cell)
+            twin.id = f"{cell.id}-copy"
+            doubled.append(twin)
+    return doubled
 
 
 def retyped(cells):
