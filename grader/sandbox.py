@@ -42,6 +42,7 @@ def runner_command(disk: int) -> list[str]:
 
 
 def sandboxed(command: list[str], disk: int) -> list[str]:
+    """``command`` wrapped in bubblewrap, seeing and reaching what the module docstring says."""
     isolation = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                  "--new-session", "--cap-drop", "ALL", "--uid", str(SANDBOX_UID),
                  "--gid", str(SANDBOX_UID), "--clearenv"]

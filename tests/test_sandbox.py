@@ -2,13 +2,17 @@
 that runs a submission, and grading's refusal to run student code where there is no sandbox."""
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from grader import cli, sandbox
@@ -156,3 +160,27 @@ def test_grading_refuses_to_run_student_code_unsandboxed_unless_told(broken_bwra
     result = json.loads(workspace.result_file("ada", lesson).read_text())
     assert (result["outcome"], result["score"]) == ("graded", result["max_score"])
     assert Path(workspace.scratch / "worker-0").is_dir()  # it ran on the host, in scratch/
+
+
+@pytest.mark.slow
+def test_the_sandbox_dies_with_the_grader(tmp_path):
+    """SIGKILL the grading command mid-submission: nothing it started survives it."""
+    lesson = "01_embeddings"
+    workspace = Workspace(tmp_path / "course")
+    submitted = workspace.submitted / "looper" / lesson / f"{lesson}.ipynb"
+    submitted.parent.mkdir(parents=True)
+    nbformat.write(student_notebook(lesson, {}, "import time\ntime.sleep(600)"), submitted)
+    grader = subprocess.Popen([sys.executable, "-m", "grader", "--workspace",
+                               str(workspace.root), "grade", "--workers", "1"], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sandboxed = []
+    deadline = time.monotonic() + 120
+    while len(sandboxed) < 3 and time.monotonic() < deadline:  # bwrap, its init, the runner...
+        time.sleep(0.5)
+        sandboxed = psutil.Process(grader.pid).children(recursive=True)
+    assert len(sandboxed) >= 3, "the sandbox never started"
+    time.sleep(2)  # the submission's process is running its endless cell
+    os.kill(grader.pid, signal.SIGKILL)
+    grader.wait()
+    gone, alive = psutil.wait_procs(sandboxed, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
