@@ -1,9 +1,11 @@
 """Grading a batch of submissions in parallel, each ending in exactly one recorded outcome.
 
-Each worker owns one warm runner process (``runner.py``: torch already imported, one fresh
-forked process per submission), so a submission costs its own cells, not a kernel start and an
-``import torch``. Workers run side by side (default: one per core); points are decided here, in
-the trusted process, one submission at a time. Outcomes:
+Each worker owns one warm runner process in its own sandbox (``runner.py`` in ``sandbox``:
+torch already imported, one fresh confined process per submission), so a submission costs its
+own cells, not a sandbox, a kernel start and an ``import torch``. The runner gets the cells and
+sends back the output and the observations over its pipes. Workers run side by side (default:
+one per core); points are decided here, in the trusted process, one submission at a time.
+Outcomes:
 
 - graded: every graded cell judged (points may be 0; tampering evidence is kept for a human);
 - ungradable: the file could not be read as this lesson's notebook (see ``submissions``);
@@ -98,7 +100,7 @@ class Runner:
             if sum(sizes.values()) > job["record_limit"] + job["output_kept"] + 4096:
                 raise RunnerDied("it announced more data than it may send")
             return answer, {name: self._bytes(size, deadline) for name, size in sizes.items()}
-        except (RunnerDied, OSError, ValueError, KeyError, AttributeError) as err:
+        except (RunnerDied, OSError, ValueError, KeyError, AttributeError) as err:  # or garbage
             self.stop()
             return {"status": "crashed", "reason": f"the grading kernel stopped answering "
                                                    f"({err})"}, {}

@@ -23,9 +23,9 @@ job is killed past ``budget``.
 
 Each answer is a JSON line, {"status": "finished" | "timed out" | "crashed", "reason": "...",
 "files": {name: size}}, followed by the files' bytes: output.txt, and when it finished,
-observations.json and observations.npz (plain arrays, no pickles). Between
-jobs the scratch directory (home, temporary files, working directory) is emptied and, in the
-sandbox's own PID namespace (``--own-pid-namespace``), every other process is killed.
+observations.json and observations.npz (plain arrays, no pickles). After each job the scratch
+directory (home, temporary files, working directory) is emptied and, in the sandbox's own PID
+namespace (``--own-pid-namespace``), every other process is killed.
 
 This file imports nothing from the grader but ``confinement`` next to it, so it can run where
 the grader's files are not visible.
