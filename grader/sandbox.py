@@ -20,7 +20,7 @@ import attention_course
 
 GRADER = Path(__file__).parent
 RUNNER_FILES = ("runner.py", "confinement.py")
-INSIDE_RUNNER, INSIDE_SCRATCH = Path("/opt/grader"), Path("/scratch")
+INSIDE_RUNNER, INSIDE_SCRATCH = Path("/grader"), Path("/submission")  # paths in the sandbox
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # often links into /usr
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/fonts")
 SANDBOX_UID = 1000
@@ -49,10 +49,12 @@ def sandboxed(command: list[str], disk: int) -> list[str]:
     environment = ["--setenv", "PATH", f"{Path(PYTHON).parent}:/usr/bin:/bin",
                    "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "student",
                    "--setenv", "OMP_NUM_THREADS", "1"]
-    files = ["--ro-bind", "/usr", "/usr", *_system_links(), *_read_only(_python_trees()),
+    trees = _python_trees()
+    files = ["--ro-bind", "/usr", "/usr", *_system_links(), *_read_only(trees),
              *_read_only_try(SYSTEM_FILES), "--proc", "/proc", "--dev", "/dev",
-             "--size", str(disk), "--tmpfs", str(INSIDE_SCRATCH),
-             "--symlink", str(INSIDE_SCRATCH / "tmp"), "/tmp"]
+             "--size", str(disk), "--tmpfs", str(INSIDE_SCRATCH)]
+    if not any(tree.is_relative_to("/tmp") for tree in trees):  # else /tmp stays read-only
+        files += ["--symlink", str(INSIDE_SCRATCH / "tmp"), "/tmp"]  # (TMPDIR is in scratch)
     for name in RUNNER_FILES:
         files += ["--ro-bind", str(GRADER / name), str(INSIDE_RUNNER / name)]
     files += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(INSIDE_SCRATCH)]
@@ -92,6 +94,11 @@ def _read_only_try(paths) -> list[str]:
 
 def check(disk: int) -> None:
     """Start one sandbox and confine a process in it, or raise SandboxUnavailable saying why."""
+    hidden = [tree for tree in _python_trees() for inside in (INSIDE_RUNNER, INSIDE_SCRATCH)
+              if tree.is_relative_to(inside) or inside.is_relative_to(tree)]
+    if hidden:
+        raise SandboxUnavailable(f"the Python environment lies where the sandbox puts its own "
+                                 f"folders ({hidden[0]}; {INSIDE_RUNNER}, {INSIDE_SCRATCH})")
     probe = "import sys; sys.path.append(sys.argv[1]); import confinement as c; " \
             "c.forbid_new_processes()"
     command = sandboxed([PYTHON, "-I", "-c", probe, str(INSIDE_RUNNER)], disk)
@@ -106,7 +113,7 @@ def check(disk: int) -> None:
         raise SandboxUnavailable("bubblewrap did not start a sandbox within 60 s") from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
-        raise SandboxUnavailable(
-            f"bubblewrap cannot start a sandbox here: {said}. It needs unprivileged user "
-            f"namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 and later "
-            f"also kernel.apparmor_restrict_unprivileged_userns=0) and seccomp")
+        hint = (". bubblewrap needs unprivileged user namespaces (sysctl "
+                "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 and later also "
+                "kernel.apparmor_restrict_unprivileged_userns=0)") if "namespace" in said else ""
+        raise SandboxUnavailable(f"bubblewrap cannot start a sandbox here: {said}{hint}")

@@ -46,7 +46,7 @@ def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_b
             "package": attention_course.__file__,
             "environment": sorted(os.environ),
             "processes": sorted(p for p in os.listdir("/proc") if p.isdigit()),
-            "writable": [p for p in ("/scratch/x", "/x", "/dev/x", "/tmp/x", "/usr/x",
+            "writable": [p for p in ("/submission/x", "/x", "/dev/x", "/tmp/x", "/usr/x",
                                      attention_course.__file__) if writable(p)],
             "uid": os.getuid(),
         }}))""")
@@ -54,7 +54,7 @@ def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_b
     assert seen["package"].startswith(str(ROOT / "src"))
     assert seen["environment"] == sorted(["LANG", "OMP_NUM_THREADS", "PATH", "PWD", "USER"])
     assert len(seen["processes"]) <= 3  # bwrap's init and this python: a PID namespace
-    assert seen["writable"] == ["/scratch/x"]
+    assert seen["writable"] == ["/submission/x"]
     assert seen["uid"] == sandbox.SANDBOX_UID
 
 
@@ -76,7 +76,7 @@ def test_the_scratch_space_is_bounded():
         import json
         written = 0
         try:
-            with open("/scratch/fill", "wb") as file:
+            with open("/submission/fill", "wb") as file:
                 while written < 2**28:
                     file.write(b"\\0" * 2**20)
                     file.flush()
@@ -116,6 +116,25 @@ def test_a_confined_process_starts_threads_but_no_processes_and_stays_in_its_lim
                                        "subprocess": "PermissionError",
                                        "allocation": "MemoryError", "big file": "OSError",
                                        "thread": "ran"}
+
+
+def test_a_python_environment_below_tmp_keeps_tmp_read_only(monkeypatch):
+    """/tmp is normally a link into the private scratch; with the environment below /tmp (a
+    clone there, say) it stays the read-only view that holds it, and TMPDIR does the job."""
+    def tmp(command: list[str]) -> list[str]:  # what /tmp becomes
+        return [command[i + 1] for i, arg in enumerate(command[:-2])
+                if arg == "--symlink" and command[i + 2] == "/tmp"]
+
+    assert tmp(sandbox.sandboxed(["true"], 2**26)) == [f"{sandbox.INSIDE_SCRATCH}/tmp"]
+    monkeypatch.setattr(sandbox, "_python_trees", lambda: [Path("/tmp/clone/.venv")])
+    below_tmp = sandbox.sandboxed(["true"], 2**26)
+    assert tmp(below_tmp) == [] and "/tmp/clone/.venv" in below_tmp
+
+
+def test_an_environment_where_the_sandbox_puts_its_folders_is_refused(monkeypatch):
+    monkeypatch.setattr(sandbox, "_python_trees", lambda: [Path("/submission/venv")])
+    with pytest.raises(sandbox.SandboxUnavailable, match="/submission/venv"):
+        sandbox.check(2**26)
 
 
 def test_without_bubblewrap_the_check_says_how_to_install_it(monkeypatch):

@@ -255,8 +255,8 @@ def rewrites_reference(t: Target) -> str:
     return """
     import attention_course, attention_course.attention, attention_course.checks.lesson02
     paths = [attention_course.__file__, attention_course.attention.__file__,
-             attention_course.checks.lesson02.__file__, "/opt/grader/runner.py",
-             "/opt/grader/confinement.py"]
+             attention_course.checks.lesson02.__file__, "/grader/runner.py",
+             "/grader/confinement.py"]
     for path in paths:
         try:
             with open(path, "a") as file:
