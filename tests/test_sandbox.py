@@ -125,6 +125,7 @@ def test_a_python_environment_below_tmp_keeps_tmp_read_only(monkeypatch):
         return [command[i + 1] for i, arg in enumerate(command[:-2])
                 if arg == "--symlink" and command[i + 2] == "/tmp"]
 
+    monkeypatch.setattr(sandbox, "_python_trees", lambda: [Path("/opt/course/.venv")])
     assert tmp(sandbox.sandboxed(["true"], 2**26)) == [f"{sandbox.INSIDE_SCRATCH}/tmp"]
     monkeypatch.setattr(sandbox, "_python_trees", lambda: [Path("/tmp/clone/.venv")])
     below_tmp = sandbox.sandboxed(["true"], 2**26)
