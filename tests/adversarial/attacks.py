@@ -91,7 +91,7 @@ def attack(student: str, what: str, code: str | Callable[[Target], str] | None =
         extra = code(target) if callable(code) else code
         return file_of(student, notebook(correct, extra))
     score = FULL if correct and expected.get("outcome", "graded") == "graded" else 0.0
-    return Attack(student, what, files, score=expected.pop("score", score), **expected)
+    return Attack(student, what, files, score=score, **expected)
 
 
 def raw_file(student: str, what: str, data: Callable[[], bytes], name: str | None = None,
@@ -100,12 +100,12 @@ def raw_file(student: str, what: str, data: Callable[[], bytes], name: str | Non
         name or f"{student}_{LESSON}.ipynb": data()}, outcome="ungradable", **expected)
 
 
-def valid_bytes(student: str) -> bytes:
-    return next(iter(file_of(student, notebook(True)).values()))
+def valid_bytes() -> bytes:
+    return next(iter(file_of("x", notebook(True)).values()))
 
 
 def metadata_version_99() -> bytes:
-    data = json.loads(valid_bytes("x"))
+    data = json.loads(valid_bytes())
     for cell in data["cells"]:
         cell["metadata"].get("nbgrader", {})["schema_version"] = 99
     return json.dumps(data).encode()
@@ -463,9 +463,9 @@ ATTACKS = [
            build=edited(True, lambda cells: with_points(cells, 1000))),
     attack("changed-kernelspec", "correct, with a bash kernelspec", correct=True,
            build=with_kernelspec),
-    raw_file("malformed-json", "half a notebook", lambda: valid_bytes("x")[:5000]),
+    raw_file("malformed-json", "half a notebook", lambda: valid_bytes()[:5000]),
     raw_file("empty-file", "an empty file", lambda: b""),
-    raw_file("renamed-file", "the notebook under another name", lambda: valid_bytes("x"),
+    raw_file("renamed-file", "the notebook under another name", valid_bytes,
              name=f"renamed-file_{LESSON} (1).ipynb"),
     raw_file("not-a-notebook", "JSON that is not a notebook", lambda: b'{"cells": 3}'),
     raw_file("metadata-99", "nbgrader metadata version 99", metadata_version_99),
