@@ -418,6 +418,16 @@ for fd in range(3, 64):
         pass
 """
 
+LOCKS_ITS_FOLDERS = """
+import os
+for folder in ("locked/inner", os.path.expanduser("~/locked"), "/tmp/locked"):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "kept.txt"), "w") as file:
+        file.write("still here")
+    os.chmod(folder, 0)
+    os.chmod(os.path.dirname(folder) or ".", 0o500)
+"""
+
 MANY_SLOW_CELLS = "import time\ntime.sleep(3)\n"
 
 FAKE_RESULT_HOOK = """
@@ -534,6 +544,8 @@ ATTACKS = [
            shows="cannot read the runner's memory", never="READ THE RUNNER"),
     attack("reads-pipes", "reads stdin, writes a forged answer to every descriptor",
            READS_PIPES, outcome="crashed", shows="stdin: b''"),
+    attack("locks-its-folders", "leaves folders no one may enter or change",
+           LOCKS_ITS_FOLDERS),
     attack("kills-the-runner", "kills the process that supervises it", KILLS_RUNNER,
            outcome="crashed"),
     attack("control-after-killer", "a correct submission, right after the killer",
