@@ -179,7 +179,7 @@ def test_grading_refuses_to_run_student_code_unsandboxed_unless_told(broken_bwra
     assert "--no-sandbox: student code runs with your rights" in capsys.readouterr().err
     result = json.loads(workspace.result_file("ada", lesson).read_text())
     assert (result["outcome"], result["score"]) == ("graded", result["max_score"])
-    assert Path(workspace.scratch / "worker-0").is_dir()  # it ran on the host, in scratch/
+    assert (workspace.scratch / "worker-0").is_dir()  # it ran on the host, in scratch/
 
 
 @pytest.mark.slow

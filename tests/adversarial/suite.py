@@ -45,6 +45,8 @@ CELL_TIMEOUT, BUDGET = 5, 20
 HONEST = ("honest-a", "honest-b")  # graded before the attackers; their rows must not move
 PROTECTED = ("src/attention_course", "grader", "solutions", "notebooks")
 SETTLE_SECONDS = 6  # after the batch, time for anything left behind to act
+ENVIRONMENT_SECRET = "ATTENTION_COURSE_LMS_TOKEN"  # planted in the grader's environment
+HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"  # in solutions/ only, never released
 
 
 @dataclass
@@ -192,8 +194,6 @@ def honest_submissions(planted: dict[str, str]) -> dict[str, bytes]:
 
 # ---------------------------------------------------------------- what an attacker must not get
 
-ENVIRONMENT_SECRET = "ATTENTION_COURSE_LMS_TOKEN"
-HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 
 
 def plant_secrets(workspace: Workspace) -> dict[str, str]:
@@ -203,7 +203,7 @@ def plant_secrets(workspace: Workspace) -> dict[str, str]:
     os.environ[ENVIRONMENT_SECRET] = planted["environment"]
     workspace.root.mkdir(parents=True, exist_ok=True)
     (workspace.root / "instructor-notes.txt").write_text(planted["workspace"])
-    return planted | {"hidden tests": HIDDEN_TESTS}  # in solutions/ only, never released
+    return planted | {"hidden tests": HIDDEN_TESTS}
 
 
 def plant_in_gradebook(workspace: Workspace, planted: dict[str, str]) -> None:
