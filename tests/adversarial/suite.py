@@ -194,8 +194,6 @@ def honest_submissions(planted: dict[str, str]) -> dict[str, bytes]:
 
 # ---------------------------------------------------------------- what an attacker must not get
 
-
-
 def plant_secrets(workspace: Workspace) -> dict[str, str]:
     """Where a secret was put -> the secret."""
     planted = {where: f"planted-{where}-{secrets.token_hex(8)}"
