@@ -10,7 +10,8 @@ import pytest
 
 from grader.feedback import feedback_html, write_feedback
 from grader.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
-from grader.report import write_report
+from grader.report import TEMPLATES, write_report
+from grader.results import ExerciseResult, Outcome, Result, not_graded
 
 LESSONS = {
     "01_intro": [("check_alpha", 2.0), ("check_beta", 3.0)],
@@ -21,21 +22,17 @@ XSS = "<script>alert(1)</script>"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def exercise(grade_id, points, max_points, mistake=None, message=None):
+def exercise(grade_id, points, max_points, mistake=None, message=None) -> ExerciseResult:
     passed = points == max_points
-    return {"grade_id": grade_id, "points": points, "max_points": max_points, "passed": passed,
-            "message": message or ("ok" if passed else f"{grade_id} is wrong"),
-            "mistake": mistake}
+    return ExerciseResult(grade_id, points, max_points, passed,
+                          message or ("ok" if passed else f"{grade_id} is wrong"), mistake)
 
 
-def result(student, lesson, exercises, outcome="graded", reason="", tampering=()):
-    if outcome != "graded":
-        exercises = [exercise(grade_id, 0.0, max_points, message=reason)
-                     for grade_id, max_points in LESSONS[lesson]]
-    return {"student": student, "lesson": lesson, "outcome": outcome, "reason": reason,
-            "seconds": 1.5, "tampering": list(tampering), "exercises": exercises,
-            "score": sum(e["points"] for e in exercises),
-            "max_score": sum(e["max_points"] for e in exercises)}
+def result(student, lesson, exercises, outcome=Outcome.GRADED, reason="", tampering=()) -> Result:
+    if outcome is not Outcome.GRADED:
+        return not_graded(student, lesson, LESSONS[lesson], outcome, reason, seconds=1.5)
+    return Result(student, lesson, outcome, reason, tuple(exercises),
+                  sum(e.max_points for e in exercises), tuple(tampering), seconds=1.5)
 
 
 CLASS = [
@@ -50,9 +47,9 @@ CLASS = [
                               exercise("check_delta", 0.0, 1.5, "off by one + wrong sign")]),
     result("s02", "01_intro", [exercise("check_alpha", 2.0, 2.0),
                                exercise("check_beta", 0.0, 3.0, "off by one")]),
-    result("s02", "02_next", [], outcome="crashed", reason="the kernel died"),
-    result("s04", "02_next", [], outcome="ungradable", reason=f"not valid JSON: {XSS}"),
-    result("s05", "01_intro", [], outcome="timed out", reason="ran for more than 120 s"),
+    result("s02", "02_next", [], outcome=Outcome.CRASHED, reason="the kernel died"),
+    result("s04", "02_next", [], outcome=Outcome.UNGRADABLE, reason=f"not valid JSON: {XSS}"),
+    result("s05", "01_intro", [], outcome=Outcome.TIMED_OUT, reason="ran for more than 120 s"),
 ]
 EXPECTED_GRADES = {  # student: (01_intro, 02_next, 03_nobody, total)
     "s01": ("5", "1", "0", "6"),
@@ -173,6 +170,22 @@ def test_student_text_is_escaped(report, tmp_path):
     assert "wrong values &lt;script&gt;" in feedback_html(CLASS[0])
 
 
+@pytest.mark.parametrize("template", ["feedback.html.j2", "report.html.j2"])
+def test_templates_escape_a_hostile_student_and_lesson(template, tmp_path):
+    autoescape = TEMPLATES.autoescape
+    assert autoescape(template) if callable(autoescape) else autoescape
+    lesson = "01_<b>intro</b>"
+    hostile = result(XSS, lesson, [exercise("check_<i>alpha</i>", 0.0, 2.0, XSS, message=XSS)],
+                     tampering=[XSS])
+    if template == "feedback.html.j2":
+        page = feedback_html(hostile)
+    else:
+        page = write_report([hostile], LESSONS, tmp_path)[1].read_text(encoding="utf-8")
+    assert XSS not in page and "<b>" not in page and "<i>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "01_&lt;b&gt;intro&lt;/b&gt;" in page
+
+
 def test_report_is_the_same_for_the_same_results_in_any_order(report, tmp_path):
     csv_path, html_path = write_report(CLASS[::-1], LESSONS, tmp_path)
     assert read_csv(csv_path) == report[0]
@@ -188,7 +201,7 @@ def test_empty_class_gives_an_empty_csv_and_says_nothing_is_graded(tmp_path):
 
 
 def test_all_ungradable_says_there_are_no_pass_rates(tmp_path):
-    results = [result(f"s{i}", "01_intro", [], outcome="ungradable", reason="empty notebook")
+    results = [result(f"s{i}", "01_intro", [], outcome=Outcome.UNGRADABLE, reason="empty notebook")
                for i in range(3)]
     csv_path, html_path = write_report(results, LESSONS, tmp_path)
     assert [row[1:] for row in read_csv(csv_path)[1:]] == [["0", "0", "0", "0"]] * 3
@@ -225,7 +238,7 @@ def test_feedback_truncates_very_long_messages():
 
 def test_feedback_files_use_nbgraders_layout_and_rewrite_identically(tmp_path):
     paths = write_feedback(CLASS, tmp_path)
-    assert paths == [tmp_path / r["student"] / r["lesson"] / f"{r['lesson']}.html" for r in CLASS]
+    assert paths == [tmp_path / r.student / r.lesson / f"{r.lesson}.html" for r in CLASS]
     first = {path: path.read_bytes() for path in paths}
     paths[0].write_text("stale")
     assert write_feedback(CLASS, tmp_path) == paths
@@ -234,4 +247,4 @@ def test_feedback_files_use_nbgraders_layout_and_rewrite_identically(tmp_path):
 
 def test_feedback_refuses_names_that_are_not_a_single_folder(tmp_path):
     with pytest.raises(ValueError):
-        write_feedback([result("../s01", "01_intro", [], outcome="crashed")], tmp_path)
+        write_feedback([result("../s01", "01_intro", [], outcome=Outcome.CRASHED)], tmp_path)
