@@ -35,11 +35,10 @@ def seconds(call, repeats: int) -> float:
 def failing_student(name: str):
     """A wrong answer that the check can only name after trying the catalogue: the last
     mistake of the exercise, so every earlier variant is tried first."""
-    from attention_course.checks import lesson01, lesson02, lesson03, lesson04, lesson05
+    from attention_course.checks import MODULES
     from attention_course.checks.framework import Exercise
 
-    exercises = {e.name: e for m in (lesson01, lesson02, lesson03, lesson04, lesson05)
-                 for e in vars(m).values() if isinstance(e, Exercise)}
+    exercises = {e.name: e for m in MODULES for e in vars(m).values() if isinstance(e, Exercise)}
     exercise = exercises.get(name)
     if exercise is None or not exercise.variant:
         return None

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from . import sandbox
 from .course import Lesson, Workspace
+from .results import Outcome, Result, not_graded
 from .submissions import Submission, Ungradable, plan, read_notebook
-from .verdicts import MAX_RECORD_BYTES, Unreadable, exercise_result, judge_lesson, read_record
+from .verdicts import MAX_RECORD_BYTES, Unreadable, judge_lesson, read_record
 
 RUNNER = Path(__file__).with_name("runner.py")
 GiB, MiB = 2**30, 2**20
@@ -75,7 +76,8 @@ class Runner:
         if self.sandboxed:
             return sandbox.runner_command(self.limits.disk)
         self.scratch.mkdir(parents=True, exist_ok=True)
-        return [sandbox.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch)]
+        return [sandbox.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch),
+                "--package-root", str(sandbox.PACKAGE.parent)]
 
     def start(self) -> None:
         env = {} if self.sandboxed else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
@@ -138,47 +140,35 @@ class Runner:
 
 
 def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace: Workspace,
-              judging: threading.Lock) -> dict:
+              judging: threading.Lock) -> Result:
     """Grade one submission; always returns its result, never raises for the student's sake."""
     started = time.monotonic()
-    outcome, reason, exercises, tampering = "graded", "", None, []
     try:
         steps = plan(read_notebook(submission), lesson)
     except Ungradable as err:
-        outcome, reason = "ungradable", str(err)
-    else:
-        answer, files = runner.run(runner.limits.job(steps))
-        _keep_output(files.get("output.txt"),
-                     workspace.result_file(submission.student, submission.lesson))
-        if answer["status"] != "finished":
-            outcome, reason = answer["status"], answer["reason"]
-        else:
-            try:
-                data, recorded = read_record(files)
-                with judging:
-                    exercises = judge_lesson(lesson, recorded)
-                tampering = [str(e) for e in data.get("tampering", [])]
-            except Unreadable as err:
-                outcome, reason = "crashed", str(err)
-    if exercises is None:
-        return failed(submission, lesson, outcome, reason, time.monotonic() - started)
-    return result(submission, lesson, outcome, reason, exercises, tampering,
-                  time.monotonic() - started)
+        return failed(submission, lesson, Outcome.UNGRADABLE, str(err))
+    answer, files = runner.run(runner.limits.job(steps))
+    _keep_output(files.get("output.txt"),
+                 workspace.result_file(submission.student, submission.lesson))
+    if answer["status"] != "finished":
+        return failed(submission, lesson, Outcome(answer["status"]), answer["reason"],
+                      time.monotonic() - started)
+    try:
+        data, recorded = read_record(files)
+        with judging:
+            exercises = judge_lesson(lesson, recorded)
+    except Unreadable as err:
+        return failed(submission, lesson, Outcome.CRASHED, str(err), time.monotonic() - started)
+    return Result(submission.student, submission.lesson, Outcome.GRADED, "", tuple(exercises),
+                  lesson.max_score, tuple(str(e) for e in data.get("tampering", [])),
+                  round(time.monotonic() - started, 2))
 
 
-def result(submission: Submission, lesson: Lesson, outcome: str, reason: str,
-           exercises: list[dict], tampering: list[str], seconds: float) -> dict:
-    return {"student": submission.student, "lesson": submission.lesson, "outcome": outcome,
-            "reason": reason, "seconds": round(seconds, 2), "tampering": tampering,
-            "exercises": exercises, "score": sum(e["points"] for e in exercises),
-            "max_score": lesson.max_score}
-
-
-def failed(submission: Submission, lesson: Lesson, outcome: str, reason: str,
-           seconds: float = 0.0) -> dict:
+def failed(submission: Submission, lesson: Lesson, outcome: Outcome, reason: str,
+           seconds: float = 0.0) -> Result:
     """The result of a submission that could not be graded: 0 points, and why."""
-    exercises = [exercise_result(cell, False, f"not graded: {reason}") for cell in lesson.cells]
-    return result(submission, lesson, outcome, reason, exercises, [], seconds)
+    return not_graded(submission.student, submission.lesson, lesson.points, outcome, reason,
+                      seconds)
 
 
 def _keep_output(output: bytes | None, result_file: Path) -> None:
@@ -187,17 +177,17 @@ def _keep_output(output: bytes | None, result_file: Path) -> None:
         result_file.with_suffix(".output.txt").write_bytes(output)
 
 
-def save_result(result: dict, workspace: Workspace) -> None:
-    path = workspace.result_file(result["student"], result["lesson"])
+def save_result(result: Result, workspace: Workspace) -> None:
+    path = workspace.result_file(result.student, result.lesson)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(result, indent=1))
+    temporary.write_text(result.to_json())
     temporary.replace(path)
 
 
 def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], workspace: Workspace,
                 workers: int, limits: Limits = Limits(), sandboxed: bool = True,
-                on_result: Callable[[dict], None] = lambda result: None) -> list[dict]:
+                on_result: Callable[[Result], None] = lambda result: None) -> list[Result]:
     """Grade ``submissions`` with ``workers`` runners side by side; results in input order.
     Raises SandboxUnavailable before running anything when ``sandboxed`` and it cannot be."""
     if sandboxed:
@@ -208,14 +198,14 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
         runners.put(Runner(workspace.scratch / f"worker-{n}", limits, sandboxed))
     judging = threading.Lock()
 
-    def grade(submission: Submission) -> dict:
+    def grade(submission: Submission) -> Result:
         runner = runners.get()
         try:
             result = grade_one(submission, lessons[submission.lesson], runner, workspace,
                                judging)
         except Exception as err:  # a grader bug must not cost the rest of the class
             runner.stop()
-            result = failed(submission, lessons[submission.lesson], "crashed",
+            result = failed(submission, lessons[submission.lesson], Outcome.CRASHED,
                             f"internal grader error ({type(err).__name__}: {err})")
         finally:
             runners.put(runner)

@@ -9,7 +9,6 @@ ATTENTION_COURSE_WORKSPACE says otherwise.
 """
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -23,13 +22,12 @@ from tqdm import tqdm
 
 from . import gradebook, release
 from .batch import Limits, grade_batch
-from .course import ROOT, Workspace, read_course
+from .course import ROOT, Workspace, lesson_names, read_course
 from .feedback import write_feedback
 from .report import write_report
+from .results import Outcome, Result
 from .sandbox import SandboxUnavailable
 from .submissions import find_submissions
-
-OUTCOMES = ("graded", "ungradable", "timed out", "crashed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +85,7 @@ def add_grading_options(sub: argparse.ArgumentParser,
 # ---------------------------------------------------------------- commands
 
 def run_release(args, workspace: Workspace) -> None:
-    for notebook in release.release(args.lessons or release.lessons(), release.ROOT / "notebooks"):
+    for notebook in release.release(args.lessons or lesson_names(), ROOT / "notebooks"):
         print(f"released {notebook.relative_to(ROOT)}")
 
 
@@ -151,25 +149,25 @@ def run_grade(args, workspace: Workspace) -> None:
     print(summary(results, seconds))
 
 
-def summary(results: list[dict], seconds: float) -> str:
+def summary(results: list[Result], seconds: float) -> str:
     """A table: per lesson, how many submissions ended in each outcome, and the mean score."""
-    header = f"{'lesson':24}" + "".join(f"{o:>12}" for o in OUTCOMES) + f"{'mean score':>14}"
+    header = f"{'lesson':24}" + "".join(f"{o:>12}" for o in Outcome) + f"{'mean score':>14}"
     rows = [header, "-" * len(header)]
-    for lesson in sorted({r["lesson"] for r in results}):
-        mine = [r for r in results if r["lesson"] == lesson]
-        counts = Counter(r["outcome"] for r in mine)
-        mean = sum(r["score"] for r in mine) / len(mine)
-        rows.append(f"{lesson:24}" + "".join(f"{counts[o]:>12}" for o in OUTCOMES)
-                    + f"{mean:>8.1f} / {mine[0]['max_score']:g}")
-    flagged = sum(1 for r in results if r["outcome"] != "graded" or r["tampering"])
+    for lesson in sorted({r.lesson for r in results}):
+        mine = [r for r in results if r.lesson == lesson]
+        counts = Counter(r.outcome for r in mine)
+        mean = sum(r.score for r in mine) / len(mine)
+        rows.append(f"{lesson:24}" + "".join(f"{counts[o]:>12}" for o in Outcome)
+                    + f"{mean:>8.1f} / {mine[0].max_score:g}")
+    flagged = sum(1 for r in results if r.needs_human)
     rows.append(f"{len(results)} submissions in {seconds:.1f} s "
                 f"({60 * len(results) / seconds:.0f} per minute); {flagged} need a human "
                 f"(see the report)")
     return "\n".join(rows)
 
 
-def load_results(workspace: Workspace) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(workspace.results.glob("*/*.json"))]
+def load_results(workspace: Workspace) -> list[Result]:
+    return [Result.from_json(p.read_text()) for p in sorted(workspace.results.glob("*/*.json"))]
 
 
 def run_feedback(args, workspace: Workspace) -> None:
@@ -178,8 +176,7 @@ def run_feedback(args, workspace: Workspace) -> None:
 
 
 def run_report(args, workspace: Workspace) -> None:
-    lessons = {name: [(c.grade_id, c.points) for c in lesson.cells]
-               for name, lesson in read_course().items()}
+    lessons = {name: lesson.points for name, lesson in read_course().items()}
     grades, page = write_report(load_results(workspace), lessons, workspace.report)
     print(f"class report: {page}\ngrades for the LMS: {grades}")
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SAWarning
 
 from . import release
 from .course import COURSE_ID
+from .results import Result
 
 # nbgrader's Gradebook runs `alembic` (installed next to this Python) to check the schema
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -33,23 +34,22 @@ def ensure_lessons(db_url: str, lessons: list[str]) -> None:
                 release.generate(lesson, Path(scratch), db_url)
 
 
-def record(db_url: str, results: list[dict]) -> None:
+def record(db_url: str, results: list[Result]) -> None:
     """Set each submission's automatic scores from its result; rerunning changes nothing."""
     with Gradebook(db_url, course_id=COURSE_ID) as gradebook, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission warns
         for result in results:
-            gradebook.update_or_create_student(result["student"])
+            gradebook.update_or_create_student(result.student)
             try:
-                submission = gradebook.find_submission(result["lesson"], result["student"])
+                submission = gradebook.find_submission(result.lesson, result.student)
             except MissingEntry:
-                submission = gradebook.add_submission(result["lesson"], result["student"])
-            points = {e["grade_id"]: e["points"] for e in result["exercises"]}
-            graded = result["outcome"] == "graded" and not result["tampering"]
+                submission = gradebook.add_submission(result.lesson, result.student)
+            points = {e.grade_id: e.points for e in result.exercises}
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
                     if grade.name in points:
                         grade.auto_score = points[grade.name]
-                        grade.needs_manual_grade = not graded
+                        grade.needs_manual_grade = result.needs_human
             gradebook.db.commit()
 
 

@@ -2,9 +2,11 @@
 
 For every lesson this runs `nbgrader generate_assignment` (which strips the solutions and hidden
 tests), then stamps the released notebook's "Open in Colab" badge and Colab setup cell with the
-repository configured under [tool.attention-course] in pyproject.toml.
+repository configured under [tool.attention-course] in pyproject.toml. Before anything is
+generated, every lesson's graded cells are read as the grader reads them: a cell it could not
+grade stops the release.
 
-Usage: python grader/release.py [--out DIR] [--db URL] [LESSON ...]
+Usage: python -m grader.release [--out DIR] [--db URL] [LESSON ...]
 """
 
 import argparse
@@ -16,15 +18,10 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+from .course import ROOT, GradedCellError, graded_cells, lesson_names
+
 CONFIG = ROOT / "grader" / "nbgrader_config.py"
 PLACEHOLDERS = ("{{COLAB_URL}}", "{{REPOSITORY}}", "{{BRANCH}}")
-
-
-def lessons() -> list[str]:
-    """Every lesson with a source notebook solutions/<lesson>/<lesson>.ipynb."""
-    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb")
-                  if p.stem == p.parent.name)
 
 
 def course_settings() -> dict[str, str]:
@@ -61,7 +58,13 @@ def generate(lesson: str, out: Path, db_url: str | None) -> None:
 
 
 def release(selected: list[str], out: Path, db_url: str | None = None) -> list[Path]:
-    """Generate and stamp the selected lessons into ``out``; return the notebooks written."""
+    """Generate and stamp the selected lessons into ``out``; return the notebooks written.
+    SystemExit, before anything is written, if a lesson has a cell the grader cannot read."""
+    try:
+        for lesson in selected:
+            graded_cells(lesson)
+    except (GradedCellError, KeyError) as err:
+        raise SystemExit(f"not released: {err}") from None
     settings = course_settings()
     written = []
     for lesson in selected:
@@ -80,13 +83,13 @@ def main() -> None:
     parser.add_argument("--db", help="gradebook URL (default: a throwaway one; the course "
                                      "workspace gradebook is filled by the grading commands)")
     args = parser.parse_args()
-    unknown = set(args.lessons) - set(lessons())
+    unknown = set(args.lessons) - set(lesson_names())
     if unknown:
         raise SystemExit(f"unknown lesson(s): {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(lessons())}")
+                         f"known: {', '.join(lesson_names())}")
     with tempfile.TemporaryDirectory() as scratch:
         db_url = args.db or f"sqlite:///{scratch}/release.db"
-        for notebook in release(args.lessons or lessons(), args.out.resolve(), db_url):
+        for notebook in release(args.lessons or lesson_names(), args.out.resolve(), db_url):
             print(f"released {notebook}")
 
 

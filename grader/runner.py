@@ -1,16 +1,17 @@
 """The only part of grading that runs student code: a warm interpreter that forks one process
 per submission.
 
-Started once per grading worker (``python -I grader/runner.py --scratch DIR``), in the sandbox
-where there is one, it imports torch, IPython, matplotlib and the course package once, then
-reads jobs from stdin, one JSON line each:
+Started once per grading worker (``python -I grader/runner.py --scratch DIR --package-root
+SRC``), in the sandbox where there is one, it imports torch, IPython, matplotlib and the course
+package (the one under SRC, which the grader uses too) once, then reads jobs from stdin, one
+JSON line each:
 
     {"cell_timeout": 120, "budget": 600, "output_kept": 262144, "record_limit": 67108864,
      "limits": {"memory": ..., "cpu_seconds": ..., "file_size": ..., "open_files": ...},
      "cells": [{"kind": "code", "source": "..."},
                {"kind": "record", "grade_id": "check_softmax",
-                "calls": [["check_softmax", "softmax", 0], ["check_softmax", "softmax", 1]]},
-               {"kind": "copy_accuracy", "grade_id": "check_copy_accuracy"}, ...]}
+                "calls": [["check_softmax", ["softmax"], 0], ["check_softmax", ["softmax"], 1]]},
+               ...]}
 
 For each job it forks a fresh process, confined before any student code runs (``confinement``:
 resource limits, no new processes), that runs the code cells in order in an IPython shell (the
@@ -33,6 +34,7 @@ the grader's files are not visible.
 
 import argparse
 import fcntl
+import importlib
 import io
 import json
 import os
@@ -41,49 +43,70 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).parent))  # confinement.py (run with -I: not on the path)
+import numpy as np
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
 
-import confinement  # noqa: E402
+try:  # imported as grader.runner (tests), or run as a file where the grader is not visible
+    from . import confinement
+except ImportError:
+    sys.path.append(str(Path(__file__).parent))
+    import confinement
 
-ARGUMENTS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-ARGUMENTS.add_argument("--scratch", type=Path, required=True, help="private writable directory")
-ARGUMENTS.add_argument("--own-pid-namespace", action="store_true",
-                       help="alone in a PID namespace: kill every other process after each job")
-OPTIONS = ARGUMENTS.parse_args()
-SCRATCH, OWN_PID_NAMESPACE = OPTIONS.scratch.resolve(), OPTIONS.own_pid_namespace
 SCRATCH_LAYOUT = ("home", "tmp", "work")
-os.environ |= {"HOME": str(SCRATCH / "home"), "TMPDIR": str(SCRATCH / "tmp"),
-               "IPYTHONDIR": str(SCRATCH / "home" / ".ipython"), "MPLBACKEND": "Agg"}
-
-import matplotlib.pyplot  # noqa: E402, F401  (imported once here, not per submission)
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from torch import nn  # noqa: E402
-from traitlets.config import Config  # noqa: E402
-
-import attention_course  # noqa: E402
-from attention_course import checks  # noqa: E402
-from attention_course.checks import framework, recording, shortcuts  # noqa: E402
-from attention_course.checks.framework import Observation  # noqa: E402
-from attention_course.data import CopyTask, seeded_generator  # noqa: E402
-from attention_course.model import DecoderOnlyTransformer  # noqa: E402
-
-# lesson 05's held-out test: the seeds its graded cell decodes, the task it is about
-COPY_SEEDS, COPY_TASK, COPY_SEQUENCES = (2024, 4242), CopyTask(seq_len=10, vocab_size=10), 1000
 GRACE_SECONDS = 5.0  # after SIGINT, how long a cell has to stop before it is killed
 # the forked process's pipes to the runner: its output, the cell it starts, what it observed
 OUTPUT_FD, PROGRESS_FD, RECORD_FD = 1, 3, 4
 UNCONFINED = 71  # its exit status when the limits could not be set: no student code ran
 
+
+@dataclass(frozen=True)
+class Setup:
+    """What the warm runner prepared once: its scratch directory, the course's checks and the
+    original of everything a forged check would patch."""
+
+    scratch: Path
+    own_pid_namespace: bool
+    checks: dict  # check name -> function
+    guarded: dict  # (owner, attribute) -> original object
+    codes: dict  # function -> its original code object
+
+
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scratch", type=Path, required=True, help="private writable directory")
+    parser.add_argument("--package-root", type=Path, required=True,
+                        help="the folder holding the attention_course package the grader uses")
+    parser.add_argument("--own-pid-namespace", action="store_true",
+                        help="alone in a PID namespace: kill every other process after each job")
+    return parser
+
+
+def prepare(scratch: Path, package_root: Path, own_pid_namespace: bool = False) -> Setup:
+    """Point this process at the scratch directory and import what every submission needs."""
+    scratch = scratch.resolve()
+    os.environ.update({"HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"),
+                       "IPYTHONDIR": str(scratch / "home" / ".ipython"), "MPLBACKEND": "Agg"})
+    sys.path.insert(0, str(package_root))
+    importlib.import_module("matplotlib.pyplot")  # once here, not once per submission
+    checks = importlib.import_module("attention_course.checks")
+    guarded = _guarded(checks)
+    codes = {obj: obj.__code__ for obj in guarded.values() if hasattr(obj, "__code__")}
+    return Setup(scratch, own_pid_namespace, dict(checks.CHECKS), guarded, codes)
+
+
 # ---------------------------------------------------------------- what student code may tamper with
 
-def _guarded() -> dict[tuple[object, str], object]:
+def _guarded(checks) -> dict[tuple[object, str], object]:
     """(owner, attribute) -> original object, for everything a forged check would patch."""
-    owners = [torch, torch.testing, torch.Tensor, checks, framework, recording, shortcuts]
-    owners += [getattr(checks, f"lesson0{n}") for n in range(1, 6)]
+    from attention_course.checks import framework, recording, shortcuts
+
+    owners = [torch, torch.testing, torch.Tensor, checks, framework, recording, shortcuts,
+              *checks.MODULES]
     names = {torch: ("allclose", "equal", "isclose", "eq"), torch.testing: ("assert_close",),
              torch.Tensor: ("__eq__", "equal", "allclose", "detach", "cpu", "contiguous",
                             "reshape", "view", "numpy")}
@@ -94,23 +117,18 @@ def _guarded() -> dict[tuple[object, str], object]:
     return guarded
 
 
-GUARDED = _guarded()
-CODES = {obj: obj.__code__ for obj in GUARDED.values() if hasattr(obj, "__code__")}
-CHECKS = {name: getattr(checks, name) for name in checks.__all__}
-
-
 def _label(owner, name: str) -> str:
     return f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
 
 
-def restore_guarded() -> list[str]:
+def restore_guarded(setup: Setup) -> list[str]:
     """Put back every guarded object student code replaced; say what was replaced."""
     evidence = []
-    for (owner, name), original in GUARDED.items():
+    for (owner, name), original in setup.guarded.items():
         if getattr(owner, name, None) is not original:
             evidence.append(f"{_label(owner, name)} was replaced")
             setattr(owner, name, original)
-    for function, code in CODES.items():
+    for function, code in setup.codes.items():
         if function.__code__ is not code:
             evidence.append(f"the code of {function.__module__}.{function.__qualname__} was "
                             f"changed")
@@ -147,14 +165,16 @@ class Record:
 
     def __init__(self):
         self.entries: list[dict] = []
-        self.calls: list[list[Observation]] = []
+        self.calls: list = []  # per check call, its list of Observations
 
-    def add(self, entry: dict, calls: list[list[Observation]]) -> None:
+    def add(self, entry: dict, calls: list) -> None:
         self.entries.append(entry | {"first": len(self.calls), "count": len(calls)})
         self.calls.extend(calls)
 
     def send(self, pipe, extra: dict) -> None:
         """To the runner: the metadata as one JSON line, then the arrays as an .npz file."""
+        from attention_course.checks import recording
+
         metadata, arrays = recording.to_arrays(self.calls)
         pipe.write(json.dumps({"entries": self.entries, "observations": metadata} | extra)
                    .encode() + b"\n")
@@ -164,50 +184,23 @@ class Record:
         pipe.flush()
 
 
-def record_checks(cell: dict, namespace: dict, record: Record) -> None:
-    for check, target, seed in cell["calls"]:
-        entry = {"grade_id": cell["grade_id"], "check": check, "target": target, "seed": seed,
+def record_checks(cell: dict, namespace: dict, record: Record, checks: dict) -> None:
+    """Call each of the cell's checks on the student's objects, recording, judging nothing."""
+    from attention_course.checks import recording
+
+    for check, targets, seed in cell["calls"]:
+        entry = {"grade_id": cell["grade_id"], "check": check, "targets": targets, "seed": seed,
                  "error": None}
-        student = namespace.get(target)
         with recording.recording() as recorder:
             try:
-                if student is None:
-                    raise NameError(f"`{target}` is not defined: did the cell that defines it "
-                                    f"run without errors?")
-                CHECKS[check](student, seed=seed)
+                missing = [name for name in targets if name not in namespace]
+                if missing:
+                    raise NameError(f"`{missing[0]}` is not defined: did the cell that defines "
+                                    f"it run without errors?")
+                checks[check](*(namespace[name] for name in targets), seed=seed)
             except BaseException as err:  # noqa: BLE001 (the student's code, interrupted too)
                 entry["error"] = _describe_error(err)
         record.add(entry, recorder.calls)
-
-
-def record_copy_accuracy(cell: dict, namespace: dict, record: Record) -> None:
-    """The trained model's weights, and the student's decoding of the held-out prompts."""
-    entry = {"grade_id": cell["grade_id"], "kind": "copy_accuracy", "error": None}
-    observation = Observation()
-    try:
-        model, decode = namespace.get("model"), namespace.get("greedy_decode")
-        if type(model) is not DecoderOnlyTransformer:
-            raise TypeError("`model` is not the lesson's DecoderOnlyTransformer")
-        model = model.cpu().eval()
-        decoded = []
-        for seed in COPY_SEEDS:
-            test = COPY_TASK.batch(COPY_SEQUENCES, seeded_generator(seed))
-            decoded.append(decode(model, COPY_TASK.prompt(test.source), COPY_TASK.seq_len))
-        state = model.state_dict()
-        entry["config"] = model_config(model)
-        entry["parameters"] = list(state)
-        observation.outputs = (*decoded, *state.values())
-    except BaseException as err:  # noqa: BLE001
-        entry["error"] = _describe_error(err)
-    record.add(entry, [[observation]])
-
-
-def model_config(model: DecoderOnlyTransformer) -> dict:
-    block = model.blocks[0]
-    return {"vocab_size": model.head.out_features, "max_len": model.embed.max_len,
-            "d_model": model.head.in_features, "n_heads": block.attn.n_heads,
-            "n_layers": len(model.blocks), "d_ff": block.mlp[0].out_features,
-            "learned_positions": isinstance(model.embed.position, nn.Parameter)}
 
 
 def _describe_error(err: BaseException) -> str:
@@ -220,9 +213,9 @@ def _describe_error(err: BaseException) -> str:
 
 # ---------------------------------------------------------------- one submission, confined
 
-def run_submission(job: dict, progress, record_pipe) -> None:
+def run_submission(job: dict, setup: Setup, progress, record_pipe) -> None:
     """Runs in the forked process: execute the cells, record at the graded cells, send."""
-    os.chdir(SCRATCH / "work")
+    os.chdir(setup.scratch / "work")
     shell = InteractiveShell.instance(config=Config(  # plain tracebacks: read in a text file
         HistoryManager={"enabled": False}, InteractiveShell={"colors": "nocolor"}))
     pristine = _shell_state(shell)
@@ -235,12 +228,9 @@ def run_submission(job: dict, progress, record_pipe) -> None:
             if result:
                 cell_errors[index] = result
             continue
-        tampering += [e for e in restore_guarded() + shell_tampering(shell, pristine)
+        tampering += [e for e in restore_guarded(setup) + shell_tampering(shell, pristine)
                       if e not in tampering]
-        if cell["kind"] == "record":
-            record_checks(cell, shell.user_ns, record)
-        else:
-            record_copy_accuracy(cell, shell.user_ns, record)
+        record_checks(cell, shell.user_ns, record, setup.checks)
     record.send(record_pipe, {"cell_errors": cell_errors, "tampering": tampering})
     sys.stdout.flush()
     sys.stderr.flush()
@@ -276,17 +266,17 @@ def confine(job: dict, pipes: dict[int, int]) -> None:
 
 # ---------------------------------------------------------------- the warm parent
 
-def serve(jobs=sys.stdin.buffer, answers=sys.stdout.buffer) -> None:
+def serve(setup: Setup, jobs, answers) -> None:
     """One answer per job: a JSON line, then the bytes of the files it lists, in order."""
     for line in jobs:
         if line.strip():
-            answer, files = supervise(json.loads(line))
+            answer, files = supervise(json.loads(line), setup)
             answer["files"] = {name: len(data) for name, data in files.items()}
             answers.write(json.dumps(answer).encode() + b"\n" + b"".join(files.values()))
             answers.flush()
 
 
-def supervise(job: dict) -> tuple[dict, dict[str, bytes]]:
+def supervise(job: dict, setup: Setup) -> tuple[dict, dict[str, bytes]]:
     """Fork a process for ``job``, enforce its limits, say how it ended, collect what it sent."""
     pipes = {fd: os.pipe() for fd in (OUTPUT_FD, PROGRESS_FD, RECORD_FD)}
     pid = os.fork()
@@ -295,7 +285,7 @@ def supervise(job: dict) -> tuple[dict, dict[str, bytes]]:
         try:
             writes = {fd: write for fd, (_, write) in pipes.items()}
             confine(job, writes | {2: writes[OUTPUT_FD]})
-            run_submission(job, os.fdopen(PROGRESS_FD, "w"), os.fdopen(RECORD_FD, "wb"))
+            run_submission(job, setup, os.fdopen(PROGRESS_FD, "w"), os.fdopen(RECORD_FD, "wb"))
         except BaseException:  # noqa: BLE001 (any failure ends the process; the parent reports)
             code = 70
         os._exit(code)
@@ -306,9 +296,9 @@ def supervise(job: dict) -> tuple[dict, dict[str, bytes]]:
     outcome = _watch(pid, pipes[PROGRESS_FD][0], (output, record), job)
     os.close(pipes[PROGRESS_FD][0])
     _kill_group(pid)
-    if OWN_PID_NAMESPACE:
+    if setup.own_pid_namespace:
         _kill_strays()
-    reset_scratch()
+    reset_scratch(setup.scratch)
     files = {"output.txt": output.finish()}
     if output.total > len(files["output.txt"]):
         files["output.txt"] += f"\n[output cut: {output.total:,} bytes in all]\n".encode()
@@ -418,28 +408,34 @@ def _kill_strays() -> None:
         time.sleep(0.01)
 
 
-def reset_scratch() -> None:
+def reset_scratch(scratch: Path) -> None:
     """Empty the private scratch directory (whatever a submission did to it), then lay it out."""
-    SCRATCH.chmod(0o700)
-    for path, folders, _ in os.walk(SCRATCH):
+    scratch.chmod(0o700)
+    for path, folders, _ in os.walk(scratch):
         for folder in (os.path.join(path, name) for name in folders):
             if not os.path.islink(folder):  # a folder the submission locked stops rmtree
                 os.chmod(folder, 0o700)
-    for entry in os.scandir(SCRATCH):
+    for entry in os.scandir(scratch):
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path)
         else:
             os.unlink(entry.path)
     for name in SCRATCH_LAYOUT:
-        (SCRATCH / name).mkdir()
+        (scratch / name).mkdir()
 
 
 def _n(cell: int | None) -> str:
     return "?" if cell is None else str(cell + 1)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    options = arguments().parse_args(argv)
     confinement.keep_memory_private()
-    reset_scratch()
-    print(json.dumps({"ready": attention_course.__name__}), flush=True)
-    serve()
+    setup = prepare(options.scratch, options.package_root, options.own_pid_namespace)
+    reset_scratch(setup.scratch)
+    print(json.dumps({"ready": "attention_course"}), flush=True)
+    serve(setup, sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,7 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # often links into
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/fonts")
 SANDBOX_UID = 1000
 PYTHON = os.path.abspath(sys.executable)  # the environment's own, symlinks not followed
+PACKAGE = Path(attention_course.__file__).parent.resolve()  # the course package graded against
 
 
 class SandboxUnavailable(Exception):
@@ -38,7 +39,8 @@ def bwrap() -> str:
 def runner_command(disk: int) -> list[str]:
     """The runner, started in a fresh sandbox whose private tmpfs holds ``disk`` bytes."""
     return sandboxed([PYTHON, "-I", str(INSIDE_RUNNER / "runner.py"),
-                      "--scratch", str(INSIDE_SCRATCH), "--own-pid-namespace"], disk)
+                      "--scratch", str(INSIDE_SCRATCH), "--package-root", str(PACKAGE.parent),
+                      "--own-pid-namespace"], disk)
 
 
 def sandboxed(command: list[str], disk: int) -> list[str]:
@@ -64,8 +66,7 @@ def sandboxed(command: list[str], disk: int) -> list[str]:
 def _python_trees() -> list[Path]:
     """The interpreter, its environment and the course package; outermost first, no repeats."""
     trees = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
-                   | {Path(attention_course.__file__).parent.resolve(),
-                      Path(PYTHON).parent, Path(PYTHON).resolve().parent})
+                   | {PACKAGE, Path(PYTHON).parent, Path(PYTHON).resolve().parent})
     usr = Path("/usr")
     outermost = []
     for tree in trees:

@@ -128,7 +128,5 @@ def plan(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[dict]:
 
 
 def _record_step(cell) -> dict:
-    if not cell.calls:
-        return {"kind": "copy_accuracy", "grade_id": cell.grade_id}
     return {"kind": "record", "grade_id": cell.grade_id,
-            "calls": [[c.check, c.target, c.seed] for c in cell.calls]}
+            "calls": [[c.check, list(c.targets), c.seed] for c in cell.calls]}

@@ -15,9 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import attention, checks, embeddings, masks, multihead, training
+from attention_course.lessons import LESSONS
 
 NEG_INF = float("-inf")
-CHECK_NAMES = tuple(name.removeprefix("check_") for name in checks.__all__)
+# every practice the student writes; lesson 05's trained model is tested in test_copy_task.py
+CHECK_NAMES = tuple(p.name for lesson in LESSONS for p in lesson.practice if p.written)
 
 
 def check_of(name: str):

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from oracles import assert_close
 from torch import nn
 
+from attention_course.checks import check_copy_accuracy
 from attention_course.data import CopyTask, seeded_generator
 from attention_course.model import DecoderOnlyTransformer
 from attention_course.training import (
@@ -130,3 +131,50 @@ def test_the_model_learns_the_task(reverse):
     model = trained(task, TrainConfig(seed=0))
     # greedy decoding of sequences from a seed training never used (it draws from seeds 0 and 1)
     assert evaluate(model, task, 2000, seed=2024) >= 0.99
+
+
+# ---------------------------------------------------------------- the graded held-out check
+
+@pytest.fixture(scope="module")
+def copy_model() -> nn.Module:
+    """Lesson 05's model, trained as the notebook trains it."""
+    return trained(CopyTask(seq_len=10, vocab_size=10), TrainConfig(seed=0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_check_copy_accuracy_passes_a_trained_model(copy_model, seed, capsys):
+    check_copy_accuracy(copy_model, greedy_decode, seed=seed)
+    assert capsys.readouterr().out == "ok: copy_accuracy passed 1 check\n"
+    assert copy_model.training, "the check put the student's model back in training mode"
+
+
+def test_check_copy_accuracy_fails_an_untrained_model():
+    model = DecoderOnlyTransformer(11, 20)
+    with pytest.raises(AssertionError, match=r"copies \d+\.\d% of 1000 held-out sequences "
+                                             r"exactly; it needs 99%\. Did training reach"):
+        check_copy_accuracy(model, greedy_decode)
+
+
+def test_check_copy_accuracy_measures_the_model_not_only_the_decoding():
+    def copies_the_prompt(model, prompt, n_new):  # right answers, without the model
+        return prompt[:, :n_new]
+
+    with pytest.raises(AssertionError, match="teacher-forced sequence accuracy"):
+        check_copy_accuracy(DecoderOnlyTransformer(11, 20), copies_the_prompt)
+
+
+@pytest.mark.slow
+def test_check_copy_accuracy_accepts_a_longer_position_table(copy_model):
+    """A student may give the model more positions than the task needs (max_len > 64)."""
+    longer = DecoderOnlyTransformer(11, 200)
+    state = copy_model.state_dict()
+    table = longer.state_dict()["embed.position"].clone()
+    table[:20] = state["embed.position"]
+    longer.load_state_dict(state | {"embed.position": table})
+    check_copy_accuracy(longer, greedy_decode)
+
+
+def test_check_copy_accuracy_wants_the_lessons_model():
+    with pytest.raises(AssertionError, match="expected the lesson's DecoderOnlyTransformer"):
+        check_copy_accuracy(nn.Linear(2, 2), greedy_decode)

@@ -2,6 +2,7 @@
 zip_collect), grade a small class in parallel (lessons enter the gradebook through nbgrader
 generate_assignment), write feedback and the report, and grade again."""
 
+import dataclasses
 import json
 import signal
 import threading
@@ -23,6 +24,7 @@ from grader.demo import (
     practice_names,
     student_notebook,
 )
+from grader.results import Outcome, Result
 
 pytestmark = pytest.mark.slow
 COURSE = read_course()
@@ -111,42 +113,42 @@ def graded(tmp_path_factory):
     finally:
         stop.set()
         killer.join()
-    results = {(r["student"], r["lesson"]): r for r in cli.load_results(workspace)}
+    results = {(r.student, r.lesson): r for r in cli.load_results(workspace)}
     return workspace, results, killed
 
 
-def points(result: dict) -> dict[str, float]:
-    return {e["grade_id"]: e["points"] for e in result["exercises"]}
+def points(result: Result) -> dict[str, float]:
+    return {e.grade_id: e.points for e in result.exercises}
 
 
 def test_every_submission_has_exactly_one_outcome(graded):
     _, results, _ = graded
     assert set(results) == set(CLASS)
-    assert all(r["outcome"] in cli.OUTCOMES for r in results.values())
+    assert all(isinstance(r.outcome, Outcome) for r in results.values())
 
 
 @pytest.mark.parametrize("lesson", list(COURSE))
 def test_correct_answers_get_full_points(graded, lesson):
     _, results, _ = graded
     result = results["correct", lesson]
-    assert (result["outcome"], result["tampering"]) == ("graded", [])
-    assert result["score"] == COURSE[lesson].max_score, result["exercises"]
+    assert (result.outcome, result.tampering) == ("graded", ())
+    assert result.score == COURSE[lesson].max_score, result.exercises
 
 
 @pytest.mark.parametrize("lesson", [L01, L02, L03, L04])
 def test_blank_notebooks_get_zero_and_are_told_to_start(graded, lesson):
     result = graded[1]["blank", lesson]
-    assert result["outcome"] == "graded" and result["score"] == 0
-    assert all("not implemented yet" in e["message"] for e in result["exercises"])
+    assert result.outcome == "graded" and result.score == 0
+    assert all("not implemented yet" in e.message for e in result.exercises)
 
 
 @pytest.mark.parametrize(("lesson", "name"), [(lesson, name) for lesson in COURSE
                                               for name in EVERY_MISTAKE[lesson]])
 def test_each_catalogued_mistake_loses_its_points_and_is_named(graded, lesson, name):
     result = graded[1]["mistaken", lesson]
-    exercise = next(e for e in result["exercises"] if e["grade_id"] == f"check_{name}")
-    assert exercise["points"] == 0 and not exercise["passed"]
-    assert MISTAKES[name][1] in exercise["mistake"], exercise["message"]
+    exercise = next(e for e in result.exercises if e.grade_id == f"check_{name}")
+    assert exercise.points == 0 and not exercise.passed
+    assert MISTAKES[name][1] in exercise.mistake, exercise.message
 
 
 def test_exercises_without_a_planted_mistake_keep_their_points(graded):
@@ -160,8 +162,8 @@ def test_exercises_without_a_planted_mistake_keep_their_points(graded):
     ("notebookless", "not a Jupyter notebook"), ("future", "unknown nbgrader metadata version 99")])
 def test_broken_files_are_ungradable_with_a_reason(graded, student, reason):
     result = graded[1][student, L01]
-    assert result["outcome"] == "ungradable" and reason in result["reason"]
-    assert result["score"] == 0
+    assert result.outcome == "ungradable" and reason in result.reason
+    assert result.score == 0
 
 
 @pytest.mark.parametrize(("student", "lesson", "evidence"), [
@@ -169,32 +171,32 @@ def test_broken_files_are_ungradable_with_a_reason(graded, student, reason):
     ("eraser", L03, "input transformers changed")])
 def test_tampering_earns_nothing_and_is_flagged(graded, student, lesson, evidence):
     result = graded[1][student, lesson]
-    assert result["outcome"] == "graded" and result["score"] == 0
-    assert any(evidence in e for e in result["tampering"]), result["tampering"]
+    assert result.outcome == "graded" and result.score == 0
+    assert any(evidence in e for e in result.tampering), result.tampering
 
 
 def test_an_endless_cell_is_interrupted_and_the_rest_is_graded(graded):
     result = graded[1]["looper", L01]
-    assert (result["outcome"], result["score"]) == ("graded", COURSE[L01].max_score)
+    assert (result.outcome, result.score) == ("graded", COURSE[L01].max_score)
 
 
 def test_a_cell_that_ignores_interrupts_times_out(graded):
     result = graded[1]["stubborn", L01]
-    assert result["outcome"] == "timed out"
-    assert f"ran past {CELL_TIMEOUT} s and did not stop when interrupted" in result["reason"]
+    assert result.outcome == "timed out"
+    assert f"ran past {CELL_TIMEOUT} s and did not stop when interrupted" in result.reason
 
 
 def test_a_dying_kernel_is_reported_as_a_crash(graded):
     result = graded[1]["dying", L04]
-    assert result["outcome"] == "crashed" and "exited with status 1" in result["reason"]
+    assert result.outcome == "crashed" and "exited with status 1" in result.reason
 
 
 def test_a_kernel_killed_mid_batch_costs_only_its_own_submission(graded):
     _, results, killed = graded
     assert killed, "the kernel to kill never appeared"
-    assert results["killed", L02]["outcome"] == "crashed"
-    assert "SIGKILL" in results["killed", L02]["reason"]
-    assert results["correct", L02]["score"] == COURSE[L02].max_score
+    assert results["killed", L02].outcome == "crashed"
+    assert "SIGKILL" in results["killed", L02].reason
+    assert results["correct", L02].score == COURSE[L02].max_score
 
 
 def test_the_gradebook_holds_the_points(graded):
@@ -231,12 +233,12 @@ def test_grading_again_gives_identical_results(graded):
     before = gradebook.scores(workspace.db_url)
     cli.main(["--workspace", str(workspace.root), "grade", "--lesson", L01, "--lesson", L03,
               "--cell-timeout", str(CELL_TIMEOUT)])
-    again = {(r["student"], r["lesson"]): r for r in cli.load_results(workspace)}
+    again = {(r.student, r.lesson): r for r in cli.load_results(workspace)}
     for key in results:
         if key[1] in (L01, L03):
             assert _without_time(again[key]) == _without_time(results[key]), key
     assert gradebook.scores(workspace.db_url) == before
 
 
-def _without_time(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k != "seconds"}
+def _without_time(result: Result) -> Result:
+    return dataclasses.replace(result, seconds=0.0)

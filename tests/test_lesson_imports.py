@@ -1,15 +1,12 @@
-"""A lesson imports utilities and earlier lessons' reference code, never what it teaches."""
+"""A lesson imports utilities and earlier lessons' reference code, never what it teaches: its
+notebook imports only what the registry lets it, and the registry lets it nothing else."""
 
 import ast
 
 import pytest
-from notebook_tools import SOLUTIONS, grading, lessons, read
+from notebook_tools import SOLUTIONS, read
 
-LESSON_OF_MODULE = {"embeddings": 1, "attention": 2, "masks": 3, "multihead": 4, "model": 5,
-                    "data": 5, "training": 5}
-UTILITIES = {"device", "viz", "checks"}
-REFERENCE_NAME = {"masked_attention": "scaled_dot_product_attention",
-                  "multi_head_attention": "MultiHeadAttention"}
+from attention_course.lessons import LESSONS, UTILITIES, lesson_of_module
 
 
 def course_imports(lesson: str) -> list[tuple[str, str]]:
@@ -32,21 +29,32 @@ def course_imports(lesson: str) -> list[tuple[str, str]]:
     return found
 
 
-def taught(lesson: str) -> set[str]:
-    ids = {grading(c)["grade_id"] for c in read(SOLUTIONS, lesson).cells
-           if grading(c).get("solution")}
-    return ids | {REFERENCE_NAME[i] for i in ids if i in REFERENCE_NAME}
+def allowed(lesson, module: str, name: str) -> bool:
+    return (module.split(".")[0] in UTILITIES or module in lesson.may_import
+            or f"{module}.{name}" in lesson.may_import)
 
 
-@pytest.mark.parametrize("lesson", lessons())
-def test_lesson_imports_only_utilities_and_earlier_lessons(lesson):
-    number = int(lesson[:2])
-    for module, name in course_imports(lesson):
-        top = module.split(".")[0]
-        if top in UTILITIES:
-            continue
-        if name == "*":  # a whole module: only an earlier lesson's
-            assert LESSON_OF_MODULE[top] < number, f"{lesson} imports all of {module}"
-            continue
-        assert LESSON_OF_MODULE[top] <= number, f"{lesson} imports {module}.{name} (a later lesson)"
-        assert name not in taught(lesson), f"{lesson} imports {name}, which it teaches"
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.id)
+def test_lesson_imports_only_what_the_registry_allows(lesson):
+    for module, name in course_imports(lesson.id):
+        assert allowed(lesson, module, name), \
+            f"{lesson.id} imports {module}.{name}, which its registry entry does not allow"
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.id)
+def test_registry_allows_earlier_lessons_and_given_code_only(lesson):
+    references = [p.reference for p in lesson.practice if p.reference]
+    for entry in lesson.may_import:
+        module = entry.split(".")[0]
+        owner = lesson_of_module(module)
+        assert owner is not None, f"{lesson.id} may import {entry}: no lesson teaches {module}"
+        assert owner.number <= lesson.number, f"{lesson.id} may import {entry}, a later lesson"
+        taught = [r for r in references if r == entry or r.startswith(f"{entry}.")]
+        assert not taught, f"{lesson.id} may import {entry}, which holds its exercise {taught}"
+
+
+def test_a_lesson_that_imports_its_own_exercise_is_refused():
+    masking = next(lesson for lesson in LESSONS if lesson.id == "03_masking")
+    assert not allowed(masking, "masks", "causal_mask")
+    assert not allowed(masking, "attention", "scaled_dot_product_attention")
+    assert allowed(masking, "attention", "softmax") and allowed(masking, "viz", "*")

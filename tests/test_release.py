@@ -3,13 +3,11 @@ nothing."""
 
 import json
 import re
-import sys
 
 import pytest
-from notebook_tools import BEGIN, END, NOTEBOOKS, ROOT, SOLUTIONS, grading, lessons, read
+from notebook_tools import BEGIN, END, NOTEBOOKS, SOLUTIONS, grading, lessons, read
 
-sys.path.insert(0, str(ROOT / "grader"))
-import release  # noqa: E402
+from grader import release
 
 LESSONS = lessons()
 

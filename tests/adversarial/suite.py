@@ -40,6 +40,7 @@ from attacks import ATTACKS, LESSON, MARKER, Attack, Target, file_of, notebook  
 from grader import cli, gradebook  # noqa: E402
 from grader.course import COURSE_ID, Workspace  # noqa: E402
 from grader.demo import MISTAKES  # noqa: E402
+from grader.results import Result  # noqa: E402
 
 CELL_TIMEOUT, BUDGET = 5, 20
 HONEST = ("honest-a", "honest-b")  # graded before the attackers; their rows must not move
@@ -85,7 +86,7 @@ class Summary:
         lines = [f"{'submission':24}{'expected':>20}{'got':>20}  ", "-" * 70]
         for attack, result, problem in self.rows:
             expected = f"{attack.outcome} {attack.score:g}"
-            got = "no result" if result is None else f"{result['outcome']} {result['score']:g}"
+            got = "no result" if result is None else f"{result.outcome} {result.score:g}"
             lines.append(f"{attack.student:24}{expected:>20}{got:>20}  "
                          f"{'FAIL: ' + problem if problem else 'ok'}")
         lines += ["", f"{len(self.rows)} crafted submissions graded in {self.seconds:.0f} s"]
@@ -120,13 +121,13 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
         listener.stop()
     cli.main(["--workspace", str(workspace.root), "feedback"])
     cli.main(["--workspace", str(workspace.root), "report"])
-    results = {r["student"]: r for r in cli.load_results(workspace)}
+    results = {r.student: r for r in cli.load_results(workspace)}
     for attack in attacks:
         output = workspace.result_file(attack.student, LESSON).with_suffix(".output.txt")
         text = output.read_text(errors="replace") if output.is_file() else ""
         summary.rows.append((attack, results.get(attack.student),
                              problem(attack, results.get(attack.student), text)))
-        got = results.get(attack.student, {}).get("score")
+        got = getattr(results.get(attack.student), "score", None)
         summary.wrongly_credited += got is not None and got > attack.score
         summary.correct_uncredited += attack.correct and (got is None or got < attack.score)
     summary.secrets_leaked = leaked(planted, workspace, listener.received)
@@ -137,7 +138,7 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
     return summary
 
 
-def problem(attack: Attack, result: dict | None, output: str) -> str:
+def problem(attack: Attack, result: Result | None, output: str) -> str:
     """What is wrong with ``result`` (and the kept ``output``) for ``attack``, or ""."""
     if result is None:
         return "no result"
@@ -146,11 +147,11 @@ def problem(attack: Attack, result: dict | None, output: str) -> str:
         wrong.append(f"its output does not say {attack.shows!r}")
     if attack.never and attack.never in output:
         wrong.append(f"its output says {attack.never!r}")
-    if result["outcome"] != attack.outcome:
-        wrong.append(f"outcome {result['outcome']} ({result['reason']})")
-    if result["score"] != attack.score:
-        wrong.append(f"score {result['score']:g}, expected {attack.score:g}")
-    flagged = result["outcome"] != "graded" or bool(result["tampering"])
+    if result.outcome != attack.outcome:
+        wrong.append(f"outcome {result.outcome} ({result.reason})")
+    if result.score != attack.score:
+        wrong.append(f"score {result.score:g}, expected {attack.score:g}")
+    flagged = result.needs_human
     if attack.needs_human is not None and flagged != attack.needs_human:
         wrong.append("flagged for a human" if flagged else "not flagged for a human")
     return "; ".join(wrong)
@@ -272,10 +273,10 @@ def gradebook_problems(workspace: Workspace, before: dict[str, tuple]) -> list[s
                  if after[student] != before[student]]
     recorded = gradebook.scores(workspace.db_url)
     for result in cli.load_results(workspace):
-        book = recorded.get((result["student"], result["lesson"]))
-        mine = {e["grade_id"]: e["points"] for e in result["exercises"]}
+        book = recorded.get((result.student, result.lesson))
+        mine = {e.grade_id: e.points for e in result.exercises}
         if book != mine:
-            problems.append(f"{result['student']}: gradebook {book} != result {mine}")
+            problems.append(f"{result.student}: gradebook {book} != result {mine}")
     return problems
 
 

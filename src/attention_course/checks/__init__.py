@@ -5,35 +5,18 @@ compares it with the reference implementation, prints one ``ok:`` line when ever
 matches, and otherwise raises ``AssertionError`` saying what was tested, what went wrong and,
 when the output matches a catalogued mistake, its name and a hint. It never shows the solution.
 The check cells of the notebooks and the graded tests call the same functions.
+
+Each lesson's checks live in ``lessonNN.py``; every module of that name is found and its
+``check_*`` functions are exported here.
 """
 
-from .lesson01 import (
-                       check_one_hot_embedding,
-                       check_sinusoidal_positional_encoding,
-                       check_token_and_position_embedding,
-)
-from .lesson02 import check_attention_scores, check_scaled_dot_product_attention, check_softmax
-from .lesson03 import (
-                       check_apply_mask,
-                       check_causal_mask,
-                       check_masked_attention,
-                       check_padding_mask,
-                       check_to_mha_mask,
-)
-from .lesson04 import check_merge_heads, check_multi_head_attention, check_split_heads
-from .lesson05 import (
-    check_copy_task_loss,
-    check_greedy_decode,
-    check_sequence_accuracy,
-    check_train_step,
-)
+import importlib
+import pkgutil
 
-__all__ = [
-    "check_one_hot_embedding", "check_sinusoidal_positional_encoding",
-    "check_token_and_position_embedding",
-    "check_softmax", "check_attention_scores", "check_scaled_dot_product_attention",
-    "check_causal_mask", "check_padding_mask", "check_apply_mask", "check_masked_attention",
-    "check_to_mha_mask",
-    "check_split_heads", "check_merge_heads", "check_multi_head_attention",
-    "check_copy_task_loss", "check_train_step", "check_greedy_decode", "check_sequence_accuracy",
-]
+MODULES = tuple(importlib.import_module(f"{__name__}.{found.name}")
+                for found in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+                if found.name.startswith("lesson"))
+CHECKS = {name: function for module in MODULES for name, function in vars(module).items()
+          if name.startswith("check_") and getattr(function, "__module__", None) == module.__name__}
+globals().update(CHECKS)
+__all__ = list(CHECKS)  # in lesson order

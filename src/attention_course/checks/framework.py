@@ -1,7 +1,8 @@
 """The machinery behind every check.
 
 A check runs the student's function on seeded cases (``observe``: the only step that runs
-student code), then judges what came back against the reference (``judge``: pure, trusted).
+student code), then judges what came back against the reference (``judge``: pure, trusted), or
+by a rule when no reference output exists (``Exercise.assess``: a trained model's accuracy).
 When an output is wrong, ``diagnose`` recomputes the exercise's known wrong variants (each
 catalogued mistake alone, then pairs of them) and names the one the student's output matches.
 
@@ -53,12 +54,13 @@ class Exercise:
     """Everything a check needs to know about one practice function."""
 
     name: str
-    reference: Callable
+    reference: Callable | None
     inputs: tuple[str, ...]  # names of the positional arguments
     outputs: tuple[tuple[str, str], ...]  # (name, shape in words) of each returned tensor
     mistakes: tuple[Mistake, ...] = ()
     variant: Callable | None = None  # variant(*args, **knobs, **kwargs) -> a wrong output
     forbidden: Forbidden = Forbidden()
+    assess: Callable | None = None  # assess(case, outputs) -> a problem in words, or None
 
 
 @dataclass
@@ -82,8 +84,9 @@ class Verdict:
 # ---------------------------------------------------------------- running the student's code
 
 def observe(exercise: Exercise, student: Callable, case: Case,
-            parameters: dict[str, Tensor] | None = None) -> Observation:
-    """Run ``student`` on ``case`` and record its outputs, errors, shortcuts and gradients."""
+            parameters: Callable[[], dict[str, Tensor]] | None = None) -> Observation:
+    """Run ``student`` on ``case`` and record its outputs, errors, shortcuts and gradients
+    (with respect to the float inputs and to ``parameters()``, when the case asks for them)."""
     args = _clone(case.args, grad=case.grad)
     snapshot = _clone(args, grad=False)
     observation = Observation()
@@ -103,7 +106,8 @@ def observe(exercise: Exercise, student: Callable, case: Case,
     if case.grad:
         targets = {name: a for name, a in zip(exercise.inputs, args, strict=False)
                    if isinstance(a, Tensor) and a.requires_grad}
-        observation.grads = _gradients(observation.outputs, targets | (parameters or {}))
+        observation.grads = _gradients(observation.outputs,
+                                       targets | (parameters() if parameters else {}))
     observation.outputs = tuple(_detach(o) for o in observation.outputs)
     return observation
 
@@ -149,6 +153,9 @@ def judge(exercise: Exercise, case: Case, observation: Observation, expected: Ob
         return Verdict(False, f"{name} modified its input `{observation.modified_inputs[0]}` in "
                               f"place.\n  tested: {where}\n  Hint: use out-of-place operations "
                               f"(masked_fill, not masked_fill_; x = x - m, not x -= m).")
+    if exercise.assess is not None:
+        problem = exercise.assess(case, observation.outputs)
+        return Verdict(False, f"{name}: {problem}\n  tested: {where}") if problem else Verdict(True)
     problem = _output_problem(exercise, observation.outputs, expected.outputs)
     if problem:
         return _explain(exercise, case, observation, expected, problem, others)
@@ -282,11 +289,14 @@ def _explain(exercise: Exercise, case: Case, observation: Observation, expected:
 # ---------------------------------------------------------------- running a whole check
 
 def run_check(exercise: Exercise, student: Callable, cases: list[Case],
-              student_parameters: dict | None = None, reference: Callable | None = None,
-              reference_parameters: dict | None = None) -> None:
+              student_parameters: Callable[[], dict] | None = None,
+              reference: Callable | None = None,
+              reference_parameters: Callable[[], dict] | None = None) -> None:
     """Judge ``student`` on every case; print one line on success, raise AssertionError else.
 
-    Under the grader (see ``recording``), observing and judging happen in different processes.
+    Under the grader (see ``recording``), observing and judging happen in different processes:
+    the judging one never calls ``student`` nor ``student_parameters``, so a check builds
+    everything of the student's (a module, a model) inside them, never before.
     """
     if _session is not None:
         _session.run(exercise, student, cases, student_parameters, reference,
@@ -294,16 +304,18 @@ def run_check(exercise: Exercise, student: Callable, cases: list[Case],
         return
     seen = [observe(exercise, student, case, student_parameters) for case in cases]
     judge_all(exercise, cases, seen, reference, reference_parameters)
-    print(f"ok: {exercise.name} passed {len(cases)} checks")
+    print(f"ok: {exercise.name} passed {len(cases)} check{'s' * (len(cases) != 1)}")
 
 
 def judge_all(exercise: Exercise, cases: list[Case], seen: list[Observation],
-              reference: Callable | None = None, reference_parameters: dict | None = None) -> None:
+              reference: Callable | None = None,
+              reference_parameters: Callable[[], dict] | None = None) -> None:
     """Raise AssertionError with the first failing case's verdict, if any."""
     reference = reference or exercise.reference
     answered = [(case, o) for case, o in zip(cases, seen, strict=True) if o.outputs is not None]
     for case, observation in zip(cases, seen, strict=True):
-        expected = observe(_trusted(exercise), reference, case, reference_parameters)
+        expected = (None if exercise.assess else
+                    observe(_trusted(exercise), reference, case, reference_parameters))
         others = [(c, o) for c, o in answered if c is not case]
         verdict = judge(exercise, case, observation, expected, others)
         if not verdict.ok:

@@ -1,6 +1,7 @@
 """Checks for lesson 04_multi_head: splitting and merging heads, MultiHeadAttention.forward."""
 
 import copy
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -156,22 +157,26 @@ def check_multi_head_attention(cls, seed: int = 0) -> None:
     """
     torch.manual_seed(seed)
     reference = multihead.MultiHeadAttention(12, 3).eval()
-    student = _student_module(cls, reference)
-    by_dtype = {torch.float32: (student, reference),
-                torch.float64: (copy.deepcopy(student).double(), copy.deepcopy(reference).double())}
+    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+
+    @functools.cache
+    def students() -> dict:  # built when first observed: never while judging under the grader
+        student = _student_module(cls, reference)
+        return {torch.float32: student, torch.float64: copy.deepcopy(student).double()}
+
     exercise = Exercise(
         name="MultiHeadAttention.forward",
-        reference=lambda q, k, v, **kw: by_dtype[q.dtype][1](q, k, v, **kw),
+        reference=lambda q, k, v, **kw: references[q.dtype](q, k, v, **kw),
         inputs=("query", "key", "value"),
         outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, S)")),
-        variant=lambda q, k, v, **kw: mha_variant(by_dtype[q.dtype][1], q, k, v, **kw),
+        variant=lambda q, k, v, **kw: mha_variant(references[q.dtype], q, k, v, **kw),
         mistakes=MHA_MISTAKES,
         forbidden=_forbidden_mha(),
     )
-    student64, reference64 = by_dtype[torch.float64]
-    run_check(exercise, lambda q, k, v, **kw: by_dtype[q.dtype][0](q, k, v, **kw),
-              _mha_cases(seed), student_parameters=dict(student64.named_parameters()),
-              reference_parameters=dict(reference64.named_parameters()))
+    run_check(exercise, lambda q, k, v, **kw: students()[q.dtype](q, k, v, **kw),
+              _mha_cases(seed),
+              student_parameters=lambda: dict(students()[torch.float64].named_parameters()),
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
 
 
 def _student_module(cls, reference: nn.Module) -> nn.Module:

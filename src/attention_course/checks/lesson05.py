@@ -275,3 +275,99 @@ def check_sequence_accuracy(fn, seed: int = 0) -> None:
     ]
     run_check(SEQUENCE_ACCURACY,
               lambda p, e: _as_number(fn(p, e), "sequence_accuracy", "the accuracy"), cases)
+
+
+# ---------------------------------------------------------------- the trained model, held out
+
+COPY_TASK = CopyTask(seq_len=10, vocab_size=10)
+HELD_OUT_SEED, HELD_OUT_SEQUENCES, TARGET_ACCURACY = 2024, 1000, 0.99
+CONFIG = ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "learned_positions")
+MODEL_LIMITS = {"vocab_size": 1024, "max_len": 4096, "d_model": 1024, "n_heads": 64,
+                "n_layers": 16, "d_ff": 8192, "learned_positions": 1}
+STILL_LEARNING = (
+    "Did training reach 99.8% held-out accuracy? If it stopped at 1500 steps below that, train "
+    "further in a new cell, history = fit(model, task, seed=1), and run this check again. If "
+    "the loss never fell, check train_step (zero_grad, forward, loss, backward, step); if it "
+    "fell but the accuracy stayed low, check greedy_decode.")
+
+
+def held_out_run(model, greedy_decode, data_seed: int) -> tuple:
+    """Decode fresh prompts with the student's model and ``greedy_decode``; return the tokens,
+    the model's sizes and its weights, so the accuracy can be measured without either."""
+    if not isinstance(model, DecoderOnlyTransformer):
+        raise TypeError(f"`model` is a {type(model).__name__}, expected the lesson's "
+                        f"DecoderOnlyTransformer")
+    test = COPY_TASK.batch(HELD_OUT_SEQUENCES, seeded_generator(data_seed))
+    device, was_training = next(model.parameters()).device, model.training
+    model.eval()
+    try:
+        tokens = greedy_decode(model, COPY_TASK.prompt(test.source).to(device), COPY_TASK.seq_len)
+    finally:
+        model.train(was_training)
+    return (tokens, torch.tensor([model_config(model)[key] for key in CONFIG]),
+            *model.state_dict().values())
+
+
+def model_config(model: DecoderOnlyTransformer) -> dict[str, int]:
+    block = model.blocks[0]
+    return {"vocab_size": model.head.out_features, "max_len": model.embed.max_len,
+            "d_model": model.head.in_features, "n_heads": block.attn.n_heads,
+            "n_layers": len(model.blocks), "d_ff": block.mlp[0].out_features,
+            "learned_positions": int(isinstance(model.embed.position, nn.Parameter))}
+
+
+def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransformer:
+    """The lesson's model class with the recorded weights, from sizes within sane limits."""
+    sizes = dict(zip(CONFIG, (int(n) for n in config.tolist()), strict=True))
+    if any(not 0 <= sizes[key] <= limit for key, limit in MODEL_LIMITS.items()):
+        raise ValueError(f"model sizes out of range: {sizes}")
+    learned = bool(sizes.pop("learned_positions"))
+    model = DecoderOnlyTransformer(**sizes, learned_positions=learned)
+    model.load_state_dict(dict(zip(model.state_dict(), weights, strict=True)), strict=True)
+    return model.eval()
+
+
+def assess_copy_accuracy(case: Case, outputs: tuple) -> str | None:
+    """Held-out sequence accuracy with the student's decoding, then teacher-forced from the
+    weights alone; both must reach 99%."""
+    (data_seed,) = case.args
+    test = COPY_TASK.batch(HELD_OUT_SEQUENCES, seeded_generator(data_seed))
+    answer = COPY_TASK.answer(test.source)
+    tokens, config, *weights = outputs
+    if not isinstance(tokens, torch.Tensor) or tokens.shape != answer.shape:
+        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        return f"greedy_decode returned {got} for the prompts, expected {tuple(answer.shape)}"
+    accuracy = (tokens.cpu() == answer).all(dim=-1).double().mean().item()
+    if accuracy < TARGET_ACCURACY:
+        return (f"the model copies {accuracy:.1%} of {HELD_OUT_SEQUENCES} held-out sequences "
+                f"exactly; it needs {TARGET_ACCURACY:.0%}. {STILL_LEARNING}")
+    try:
+        model = rebuild_model(config, weights)
+    except Exception as err:  # recorded sizes or weights that do not make the lesson's model
+        return f"the model could not be rebuilt from its weights ({type(err).__name__}: " \
+               f"{str(err)[:300]})"
+    with torch.no_grad():  # the same measure without the student's functions
+        right = (model(test.inputs).argmax(dim=-1) == test.targets) | ~test.loss_mask  # (B, L)
+    teacher_forced = right.all(dim=-1).double().mean().item()
+    if teacher_forced < TARGET_ACCURACY:
+        return (f"teacher-forced sequence accuracy {teacher_forced:.1%}, below "
+                f"{TARGET_ACCURACY:.0%}: greedy_decode's tokens do not come from this model")
+    return None
+
+
+COPY_ACCURACY = Exercise(
+    name="copy_accuracy",
+    reference=None,
+    inputs=("data_seed",),
+    outputs=(("tokens", f"({HELD_OUT_SEQUENCES}, {COPY_TASK.seq_len})"),),
+    assess=assess_copy_accuracy,
+)
+
+
+def check_copy_accuracy(model, greedy_decode, seed: int = 0) -> None:
+    """Check that the trained ``model`` copies at least 99% of 1000 fresh sequences exactly,
+    decoded with ``greedy_decode``. Lesson: 05_copy_task"""
+    data_seed = HELD_OUT_SEED + seed
+    cases = [Case(f"{HELD_OUT_SEQUENCES} fresh sequences of {COPY_TASK.seq_len} digits "
+                  f"(seed {data_seed}, never used in training), decoded greedily", (data_seed,))]
+    run_check(COPY_ACCURACY, lambda s: held_out_run(model, greedy_decode, s), cases)

@@ -1,0 +1,120 @@
+"""The course's lessons: the one registry that the checks, the grader, release, the tests, the
+benchmarks and the demo read.
+
+A lesson is its notebook (``solutions/<id>/<id>.ipynb``, released to ``notebooks/<id>/``), the
+reference modules it teaches, its checks module (``checks/lessonNN.py``, found by its number)
+and an entry here. Adding a lesson means adding those files and one ``Lesson`` below.
+"""
+
+from dataclasses import dataclass
+
+# Modules every lesson may import whole: the CPU/GPU choice, the plots and the checks.
+UTILITIES = ("device", "viz", "checks")
+
+
+@dataclass(frozen=True)
+class Practice:
+    """A graded part of a lesson: what the student writes and the check that grades it.
+
+    ``name`` is the grade_id of the practice cell (the function or class the student writes);
+    ``reference`` is where the package has the same thing (``module.name``), which the lesson's
+    notebook never imports. A practice with ``written=False`` has no practice cell of its own:
+    its check grades what the lesson's earlier cells built (lesson 05's trained model).
+    """
+
+    name: str
+    reference: str | None = None
+    written: bool = True
+
+    @property
+    def check(self) -> str:
+        return f"check_{self.name}"
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson: its folder name, title, the modules it teaches and what it grades.
+
+    ``may_import`` lists what the notebook may import from the package besides ``UTILITIES``:
+    a module (``"attention"``) or one name of a module (``"training.History"``), taken from
+    earlier lessons' references or from this lesson's given code, never a practice reference.
+    """
+
+    id: str
+    title: str
+    teaches: tuple[str, ...]
+    practice: tuple[Practice, ...]
+    may_import: tuple[str, ...] = ()
+    builds: str = ""  # what the student builds, in words (the README's lesson table)
+
+    @property
+    def number(self) -> int:
+        return int(self.id[:2])
+
+    @property
+    def checks_module(self) -> str:
+        return f"attention_course.checks.lesson{self.id[:2]}"
+
+
+LESSONS = (
+    Lesson(
+        "01_embeddings", "embeddings", teaches=("embeddings",),
+        builds="one-hot lookup = embedding, sinusoidal positional encoding, token + position "
+               "embedding",
+        practice=(Practice("one_hot_embedding", "embeddings.one_hot_embedding"),
+                  Practice("sinusoidal_positional_encoding",
+                           "embeddings.sinusoidal_positional_encoding"),
+                  Practice("token_and_position_embedding",
+                           "embeddings.token_and_position_embedding"))),
+    Lesson(
+        "02_scaled_dot_product", "scaled dot-product attention", teaches=("attention",),
+        builds="stable softmax, attention scores, `softmax(QK^T / sqrt(D)) V`",
+        practice=(Practice("softmax", "attention.softmax"),
+                  Practice("attention_scores", "attention.attention_scores"),
+                  Practice("scaled_dot_product_attention",
+                           "attention.scaled_dot_product_attention"))),
+    Lesson(
+        "03_masking", "masking", teaches=("masks",),
+        builds="causal and padding masks, applying a mask, masked attention, mask conventions",
+        practice=(Practice("causal_mask", "masks.causal_mask"),
+                  Practice("padding_mask", "masks.padding_mask"),
+                  Practice("apply_mask", "masks.apply_mask"),
+                  Practice("masked_attention", "attention.scaled_dot_product_attention"),
+                  Practice("to_mha_mask", "masks.to_mha_mask")),
+        may_import=("attention.attention_scores", "attention.softmax")),
+    Lesson(
+        "04_multi_head", "multi-head attention", teaches=("multihead",),
+        builds="splitting and merging heads, `MultiHeadAttention.forward`, parity with "
+               "`nn.MultiheadAttention`",
+        practice=(Practice("split_heads", "multihead.split_heads"),
+                  Practice("merge_heads", "multihead.merge_heads"),
+                  Practice("multi_head_attention", "multihead.MultiHeadAttention")),
+        may_import=("attention", "masks")),
+    Lesson(
+        "05_copy_task", "copy task", teaches=("model", "data", "training"),
+        builds="masked loss, a training step, greedy decoding, sequence accuracy",
+        practice=(Practice("copy_task_loss", "training.copy_task_loss"),
+                  Practice("train_step", "training.train_step"),
+                  Practice("greedy_decode", "training.greedy_decode"),
+                  Practice("sequence_accuracy", "training.sequence_accuracy"),
+                  Practice("copy_accuracy", written=False)),
+        may_import=("embeddings", "attention", "masks", "multihead", "data",
+                    "model.DecoderOnlyTransformer", "training.History")),
+)
+
+
+def lesson(lesson_id: str) -> Lesson:
+    """The registry entry of ``lesson_id``; KeyError naming the known lessons if none."""
+    for entry in LESSONS:
+        if entry.id == lesson_id:
+            return entry
+    raise KeyError(f"unknown lesson {lesson_id!r}; known: {', '.join(ids())}")
+
+
+def ids() -> list[str]:
+    return [entry.id for entry in LESSONS]
+
+
+def lesson_of_module(module: str) -> Lesson | None:
+    """The lesson that teaches ``module`` (e.g. "masks"), or None for a utility."""
+    return next((entry for entry in LESSONS if module in entry.teaches), None)
