@@ -16,6 +16,8 @@ from pathlib import Path
 
 import nbformat
 
+from attention_course.lessons import ids
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,8 +43,7 @@ def floor_notebook(folder: Path) -> Path:
 
 def measure(repeats: int = 3, limit: int | None = None) -> dict:
     """The floor and every lesson (or the first ``limit`` lessons)."""
-    lessons = sorted(p for p in (ROOT / "solutions").glob("*/*.ipynb") if p.stem == p.parent.name)
-    lessons = lessons[:limit]
+    lessons = [ROOT / "solutions" / lesson / f"{lesson}.ipynb" for lesson in ids()[:limit]]
     with tempfile.TemporaryDirectory() as scratch:
         floor = nbval_seconds(floor_notebook(Path(scratch)), repeats)
     rows = [{"lesson": p.stem, "seconds": nbval_seconds(p, repeats)} for p in lessons]

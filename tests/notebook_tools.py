@@ -5,13 +5,15 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from attention_course.lessons import ids
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
 def lessons() -> list[str]:
-    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+    return ids()
 
 
 def read(folder: Path, lesson: str) -> nbformat.NotebookNode:
