@@ -19,8 +19,9 @@ OUTCOME_EXPLANATIONS = {
 
 
 def diagnosis(exercise: ExerciseResult, result: Result) -> str:
-    """The message to show under a failed exercise: "" if none, or if it repeats the reason."""
-    if exercise.passed or exercise.message == result.reason:
+    """The message to show under a failed exercise: "" if none, or if the submission was not
+    graded (the page says why once, above the exercises)."""
+    if exercise.passed or result.outcome is not Outcome.GRADED:
         return ""
     return exercise.message
 

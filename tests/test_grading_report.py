@@ -227,6 +227,13 @@ def test_feedback_page_shows_score_outcome_and_each_exercise():
     assert "0 / 1.5" in crashed
 
 
+def test_feedback_of_an_ungraded_submission_says_why_once():
+    why = "the kernel died in cell 7 (killed by signal SIGKILL)"
+    page = feedback_html(not_graded("s09", "02_next", LESSONS["02_next"], Outcome.CRASHED, why))
+    assert page.count(why) == 1
+    assert page.count("Not graded (see above).") == len(LESSONS["02_next"])
+
+
 def test_feedback_truncates_very_long_messages():
     long = result("s01", "01_intro", [exercise("check_alpha", 0.0, 2.0, message="x" * 10_000),
                                       exercise("check_beta", 3.0, 3.0)])
