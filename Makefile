@@ -2,26 +2,101 @@
 #   make lab    install if needed, then open JupyterLab on your own working copy (work/)
 #   make test   install if needed, then run the whole test suite
 #   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
+#   (each installs what it needs, and only that: `make lab` the course's runtime alone)
 #   make demo   grade a synthetic class of 30 students and write its report (instructors)
 #   make adversarial  grade 47 crafted attacks on the grader and summarise what they got
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-INSTALLED := $(VENV)/.installed
+PIP := $(BIN)/python -m pip
 NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: install chromium sandbox lab working-copy formgrader release collect grade feedback report demo \
-	adversarial test bench lint clean
+.PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox lab \
+	working-copy formgrader release collect grade feedback report demo adversarial test bench \
+	lint clean
 
-install: $(INSTALLED)
+# --- Installing -------------------------------------------------------------------------------
+# One environment, $(VENV), installed in layers, each only when pyproject.toml or constraints.txt
+# changed since (a stamp file per layer):
+#   install-lab         make lab: the course's runtime (torch, the course package, JupyterLab,
+#                       ipywidgets, matplotlib, tqdm) and nothing else
+#   install-instructor  + nbgrader: make formgrader, release, collect, grade, feedback, report, demo
+#   install             + pytest, nbval, Playwright, psutil, ruff: make test, lint, bench, adversarial
+LAB_STAMP := $(VENV)/.installed-lab
+INSTRUCTOR_STAMP := $(VENV)/.installed-instructor
+DEV_STAMP := $(VENV)/.installed-dev
 
-$(INSTALLED): pyproject.toml constraints.txt
+install-lab: $(LAB_STAMP)
+install-instructor: $(INSTRUCTOR_STAMP)
+install: $(DEV_STAMP)
+
+$(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PIP) install --quiet --upgrade pip
+
+$(LAB_STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
+	@echo "$(TORCH_BUILD)"
+	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python,$(TORCH_INDEX)))
+	$(PIP) install --progress-bar on -c constraints.txt -e '.[lab]'
+	touch $@
+
+$(INSTRUCTOR_STAMP): $(LAB_STAMP)
+	$(PIP) install --progress-bar on -c constraints.txt -e '.[instructor]'
+	touch $@
+
+$(DEV_STAMP): $(INSTRUCTOR_STAMP)
+	$(PIP) install --progress-bar on -c constraints.txt -e '.[dev]'
+	touch $@
+
+# torch, at the version pinned in constraints.txt, in the build that suits this machine:
+#   Linux without an NVIDIA GPU  the CPU build from PyTorch's CPU wheel index (TORCH_INDEX)
+#   Linux with an NVIDIA GPU     PyPI's default build, for CUDA (nvidia-smi lists the GPU)
+#   macOS, Windows               PyPI's default build
+# `make lab TORCH_INDEX=<url>` takes the CPU build from another index; TORCH_INDEX= (empty) takes
+# PyPI's default build. `make torch-build` says which one this machine gets.
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+NVIDIA_GPUS = $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),$(if $(filter-out 0,$(NVIDIA_GPUS)),,$(TORCH_CPU_INDEX)))
+# Downloaded torch wheels are kept here and shared by every environment this Makefile builds.
+WHEELS ?= .wheels
+
+# What `make` says, and `make torch-build` prints, before installing torch.
+TORCH_BUILD = torch $(TORCH_VERSION): $(if $(TORCH_INDEX),the CPU build from $(TORCH_INDEX),PyPI's \
+	default build$(if $(filter-out 0,$(NVIDIA_GPUS)), for CUDA (nvidia-smi lists an NVIDIA GPU)))
+
+torch-build:
+	@echo "$(TORCH_BUILD)"
+
+# $(call install-torch,<environment's python>,<index>): the CPU build from <index>, downloaded
+# into $(WHEELS) once, with a progress bar. A wheel pip has without the network (in $(WHEELS), or
+# in a wheel folder of pip's own configuration) is taken first.
+define install-torch
+$(1) -m pip install --quiet --no-deps --no-index --find-links $(WHEELS) torch==$(TORCH_VERSION) 2>/dev/null || { \
+	$(1) -m pip download --progress-bar on --no-deps --dest $(WHEELS) --index-url $(2) torch==$(TORCH_VERSION) && \
+	$(1) -m pip install --quiet --no-deps --no-index --find-links $(WHEELS) torch==$(TORCH_VERSION); }
+endef
+
+# The Colab-pinned test environment: Colab's versions of ipywidgets (7.7.1), numpy, matplotlib,
+# tqdm and the IPython kernel (tests/colab/constraints.txt says where they come from, and what
+# differs), with the course package; `make test` runs every lesson in it (tests/colab/lessons.py).
+# Rebuilt from scratch only when its pins change; its torch is the CPU build, from $(WHEELS).
+COLAB_VENV ?= .venv-colab
+COLAB_PINS := tests/colab/constraints.txt
+COLAB_STAMP := $(COLAB_VENV)/.installed
+
+colab-env: $(COLAB_STAMP)
+
+$(COLAB_VENV)/pyvenv.cfg: $(COLAB_PINS)
+	rm -rf $(COLAB_VENV)
+	$(PYTHON) -m venv $(COLAB_VENV)
+
+$(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml
+	$(call install-torch,$(COLAB_VENV)/bin/python,$(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)))
+	$(COLAB_VENV)/bin/python -m pip install --progress-bar on -c $(COLAB_PINS) -e . ipykernel nbclient pytest
 	touch $@
 
 # The browser tests (tests/browser) drive Debian's chromium through Playwright, which never
@@ -57,14 +132,36 @@ working-copy:
 # Jupyter refuses to run as root unless told; containers and cloud machines often are root.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab: install working-copy
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
+# The student's JupyterLab shows no instructor tools. Where nbgrader is installed in the same
+# environment too (by make formgrader or make test), its JupyterLab extension (the Nbgrader menu,
+# Validate, Create Assignment) and its server extensions are off in this server only: make lab
+# puts a configuration directory of its own first on JUPYTER_CONFIG_PATH, make formgrader does not.
+STUDENT_CONFIG := $(VENV)/student-jupyter-config
+STUDENT_CONFIG_FILES := $(STUDENT_CONFIG)/labconfig/page_config.json \
+	$(STUDENT_CONFIG)/jupyter_server_config.json
+
+$(STUDENT_CONFIG)/labconfig/page_config.json: Makefile | $(VENV)/pyvenv.cfg
+	@mkdir -p $(@D)
+	@echo '{"disabledExtensions": {"@jupyter/nbgrader": true}}' > $@
+
+$(STUDENT_CONFIG)/jupyter_server_config.json: Makefile | $(VENV)/pyvenv.cfg
+	@mkdir -p $(@D)
+	@printf '%s\n' '{"ServerApp": {"jpserver_extensions": {' \
+		'  "nbgrader.server_extensions.formgrader": false,' \
+		'  "nbgrader.server_extensions.validate_assignment": false,' \
+		'  "nbgrader.server_extensions.assignment_list": false,' \
+		'  "nbgrader.server_extensions.course_list": false' \
+		'}}}' > $@
+
+lab: install-lab working-copy $(STUDENT_CONFIG_FILES)
+	JUPYTER_CONFIG_PATH="$(abspath $(STUDENT_CONFIG))$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
 
 # The instructor's JupyterLab: nbgrader reads grader/nbgrader_config.py from the server's working
 # directory, and its course root (the repository) must lie inside the server's root directory.
 COURSE_WORKSPACE ?= $(or $(ATTENTION_COURSE_WORKSPACE),course)
 
-formgrader: install
+formgrader: install-instructor
 	@mkdir -p $(COURSE_WORKSPACE)
 	@echo "The formgrader is under Nbgrader > Formgrader, or at /lab?formgrader=true"
 	cd grader && export PATH="$(abspath $(BIN)):$$PATH" \
@@ -72,29 +169,29 @@ formgrader: install
 		jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) $(ALLOW_ROOT)
 
 # Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
-release: install
+release: install-instructor
 	$(BIN)/python grader/release.py
 
 # Grading (python -m grader --help): the workspace is $(COURSE_WORKSPACE).
 GRADER = $(BIN)/python -m grader --workspace "$(COURSE_WORKSPACE)"
 
-collect: install
+collect: install-instructor
 	@[ -n "$(ZIP)" ] || { echo "usage: make collect ZIP=path/to/lms-download.zip [LESSON=...]"; exit 2; }
 	$(GRADER) collect "$(ZIP)" $(if $(LESSON),--lesson $(LESSON))
 
-grade: install sandbox
+grade: install-instructor sandbox
 	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS))
 
-feedback: install
+feedback: install-instructor
 	$(GRADER) feedback
 
-report: install
+report: install-instructor
 	$(GRADER) report
 
 # The demo class gets a workspace of its own, rebuilt every time.
 DEMO_WORKSPACE ?= demo-course
 
-demo: install sandbox
+demo: install-instructor sandbox
 	rm -rf "$(DEMO_WORKSPACE)"
 	$(BIN)/python -m grader --workspace "$(DEMO_WORKSPACE)" demo
 
@@ -103,8 +200,14 @@ demo: install sandbox
 adversarial: install sandbox
 	$(BIN)/python tests/adversarial/suite.py
 
-test: install chromium sandbox
-	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+# The whole suite, then every lesson again under Colab's pins (tests/colab/lessons.py); both run
+# even when the first fails.
+test: install colab-env chromium sandbox
+	@status=0; CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest || status=1; \
+	echo "Every lesson again, in the Colab-pinned environment ($(COLAB_VENV)):"; \
+	$(COLAB_VENV)/bin/python -m pytest -o addopts= --noconftest -p no:cacheprovider \
+		-W ignore::DeprecationWarning tests/colab/lessons.py || status=1; \
+	exit $$status
 
 # Every performance figure, measured side by side; QUICK=1 for a small smoke run.
 bench: install sandbox
@@ -114,5 +217,5 @@ lint: install
 	$(BIN)/ruff check src tests grader docs benchmarks
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(COLAB_VENV) $(WHEELS) build src/*.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

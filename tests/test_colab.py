@@ -1,9 +1,12 @@
 """The Colab path, without Colab: the setup cell of every released notebook, run the way Colab
 runs it (a `google.colab` module present, the course package not installed yet), installs the
 course from the repository configured in pyproject.toml and says which device the lesson uses;
-run anywhere else it installs nothing. (test_release checks the badges' addresses.)"""
+run anywhere else it installs nothing; and that install leaves Colab's own packages as they are.
+(test_release checks the badges' addresses; tests/colab/lessons.py runs every lesson in an
+environment with Colab's pins.)"""
 
 import importlib.util
+import re
 import subprocess
 import sys
 import types
@@ -13,11 +16,37 @@ import pytest
 import tomllib
 import torch
 from notebook_tools import NOTEBOOKS, ROOT, lessons, read
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 LESSONS = lessons()
 SETTINGS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["attention-course"]
 INSTALL = [sys.executable, "-m", "pip", "install", "--quiet",
            f"attention-course @ git+{SETTINGS['repository']}@{SETTINGS['branch']}"]
+DEPENDENCIES = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+COLAB_PINS = ROOT / "tests" / "colab" / "constraints.txt"
+
+
+def colab_versions() -> dict[str, Version]:
+    """Colab's version of each package in tests/colab/constraints.txt: its pin, or the version
+    its comment names where the test environment differs from Colab ("# Colab: 2.11.0")."""
+    versions = {}
+    for line in COLAB_PINS.read_text().splitlines():
+        match = re.match(r"([\w.-]+)==(\S+)\s*(?:#\s*Colab:\s*(\d\S*))?", line)
+        if match:
+            name, pinned, colab = match.groups()
+            versions[canonicalize_name(name)] = Version(colab or pinned)
+    return versions
+
+
+@pytest.mark.parametrize("requirement", DEPENDENCIES)
+def test_installing_the_course_on_colab_upgrades_none_of_colabs_packages(requirement):
+    """The setup cell's pip install keeps every installed version that satisfies the course's
+    ranges: Colab's ipywidgets 7.7.1 (whose widgets Colab renders), torch and numpy stay."""
+    requirement = Requirement(requirement)
+    colab = colab_versions()[canonicalize_name(requirement.name)]
+    assert requirement.specifier.contains(colab), f"Colab has {requirement.name} {colab}"
 
 
 def run_setup_cell(lesson: str, capsys) -> tuple[torch.device, str]:

@@ -1,6 +1,9 @@
-"""The repository's promises: pinned versions, the working copy, CI, lesson docstrings."""
+"""The repository's promises: pinned versions, what each make target installs (the student's
+runtime alone for `make lab`, the right torch build), the working copy and the student's
+JupyterLab, CI, lesson docstrings."""
 
 import importlib
+import importlib.metadata
 import json
 import os
 import re
@@ -13,6 +16,8 @@ from pathlib import Path
 import pytest
 import tomllib
 from local_server import free_port
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_MODULES = {
@@ -38,6 +43,113 @@ def test_every_declared_dependency_is_pinned():
         d for extra in project["optional-dependencies"].values() for d in extra]
     names = {re.split(r"[<>=\[ ]", d)[0].lower() for d in declared} - {"attention-course"}
     assert names <= pins().keys(), f"not pinned: {sorted(names - pins().keys())}"
+
+
+# --- What `make lab` installs -------------------------------------------------------------------
+
+# Tools no student needs: tests, lint, the browser driver, grading.
+NOT_FOR_STUDENTS = {"pytest", "nbval", "ruff", "playwright", "nbgrader"}
+
+
+def closure(extra: str) -> set[str]:
+    """Every distribution the course with ``extra`` brings in: its requirements from
+    pyproject.toml, theirs from the metadata of this environment (which has every extra
+    installed), extras and environment markers included."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def course(extra: str) -> list[str]:
+        own = project["dependencies"] + extras[extra]
+        return [dep for req in own for dep in (
+            course(Requirement(req).extras.pop()) if req.startswith("attention-course[")
+            else [req])]
+
+    found, todo = set(), [Requirement(req) for req in course(extra)]
+    while todo:
+        req = todo.pop()
+        wanted = {canonicalize_name(e) for e in req.extras}
+        key = (canonicalize_name(req.name), frozenset(wanted))
+        if key in found or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        found.add(key)
+        for dependency in importlib.metadata.requires(req.name) or []:
+            dep = Requirement(dependency)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in wanted | {""}):
+                todo.append(Requirement(str(dep).split(";")[0]))
+    return {name for name, _ in found}
+
+
+def test_make_lab_installs_the_runtime_and_no_test_lint_browser_or_grading_tool():
+    lab = closure("lab")
+    assert {"torch", "jupyterlab", "ipywidgets", "matplotlib", "tqdm", "ipykernel"} <= lab
+    assert lab & NOT_FOR_STUDENTS == set()
+
+
+def test_the_instructor_and_developer_extras_have_their_tools():
+    assert "nbgrader" in closure("instructor")
+    assert NOT_FOR_STUDENTS <= closure("dev")
+
+
+def dry_run(target: str, tmp_path: Path, uname: str = "Linux", gpus: int = 0,
+            **variables: str) -> str:
+    """The commands `make -n <target>` would run for a fresh environment on a machine whose
+    `uname -s` and `nvidia-smi -L` are stand-ins."""
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir(exist_ok=True)
+    gpu_lines = "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'\n" for i in range(gpus))
+    scripts = {"uname": f"echo {uname}\n",
+               "nvidia-smi": gpu_lines or "echo 'No devices were found'\nexit 6\n"}
+    for name, body in scripts.items():
+        (stand_ins / name).write_text(f"#!/bin/sh\n{body}")
+        (stand_ins / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_INDEX", "MAKEFLAGS")}
+    env["PATH"] = f"{stand_ins}{os.pathsep}{env['PATH']}"
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-C", str(ROOT), target,
+         f"VENV={tmp_path / 'venv'}", f"WHEELS={tmp_path / 'wheels'}"]
+        + [f"{name}={value}" for name, value in variables.items()],
+        capture_output=True, text=True, env=env, check=True)
+    return result.stdout
+
+
+def torch_download(commands: str) -> str | None:
+    """The index the torch wheel is downloaded from, None if it is not downloaded separately."""
+    match = re.search(r"pip download .*--index-url (\S+) torch==2\.13\.0", commands)
+    return match and match.group(1)
+
+
+def test_linux_without_a_gpu_gets_the_cpu_build_of_the_pinned_torch(tmp_path):
+    commands = dry_run("install-lab", tmp_path)
+    assert torch_download(commands) == "https://download.pytorch.org/whl/cpu"
+    assert "torch 2.13.0: the CPU build from https://download.pytorch.org/whl/cpu" in commands
+    # installed with --no-deps from the downloaded wheel, before the course's own install
+    assert commands.index("torch==2.13.0") < commands.index("-e '.[lab]'")
+
+
+def test_the_cpu_index_can_be_overridden(tmp_path):
+    mirror = "https://mirror.example/torch-cpu"
+    assert torch_download(dry_run("install-lab", tmp_path, TORCH_INDEX=mirror)) == mirror
+
+
+def test_linux_with_an_nvidia_gpu_gets_the_cuda_build_from_pypi(tmp_path):
+    commands = dry_run("install-lab", tmp_path, gpus=1)
+    assert torch_download(commands) is None
+    assert "PyPI's default build for CUDA (nvidia-smi lists an NVIDIA GPU)" in commands
+
+
+def test_macos_keeps_the_default_wheels(tmp_path):
+    commands = dry_run("install-lab", tmp_path, uname="Darwin")
+    assert torch_download(commands) is None
+    assert "torch 2.13.0: PyPI's default build" in commands and "CUDA" not in commands
+
+
+def test_make_lab_installs_only_the_lab_extra_and_shows_download_progress(tmp_path):
+    commands = re.split(r"\s*(?:&&|\|\||;|\n)\s*", dry_run("install-lab", tmp_path))
+    course = [c for c in commands if "pip install" in c and "-e '.[" in c]
+    assert len(course) == 1 and "-e '.[lab]'" in course[0]
+    downloads = course + [c for c in commands if "pip download" in c]
+    assert len(downloads) == 2
+    assert all("--progress-bar on" in c and "--quiet" not in c for c in downloads)
 
 
 def test_ci_runs_the_readme_test_command():
