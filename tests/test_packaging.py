@@ -4,12 +4,14 @@ JupyterLab, CI, lesson docstrings."""
 
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -190,7 +192,10 @@ def test_working_copy_adds_new_lessons_and_never_overwrites_student_work(tmp_pat
 
 
 @pytest.mark.slow
-def test_make_lab_serves_the_working_copy(tmp_path):
+def test_make_lab_serves_the_working_copy_with_no_instructor_tools(tmp_path):
+    """Here nbgrader is installed too (the developer's environment), as for an instructor who
+    also takes the course: the student's JupyterLab still shows none of it."""
+    assert importlib.util.find_spec("nbgrader"), "this test needs nbgrader installed"
     notebooks, work, port = tmp_path / "notebooks", tmp_path / "work", free_port()
     notebooks.mkdir()
     (notebooks / "lesson.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, '
@@ -199,24 +204,38 @@ def test_make_lab_serves_the_working_copy(tmp_path):
         ["make", "-C", str(ROOT), "lab", f"NOTEBOOKS={notebooks}", f"WORK={work}",
          f"PORT={port}", "BROWSER=true"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log: list[str] = []
     try:
-        url = wait_for_url(lab, port)
+        url = wait_for_url(lab, port, log)
         listing = fetch_json(url.replace("/lab?", "/api/contents?"))
         assert [item["name"] for item in listing["content"]] == ["lesson.ipynb"]
+
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">'
+                                      r"(.*?)</script>", page, re.S).group(1))
+        installed = [extension["name"] for extension in config["federated_extensions"]]
+        assert "@jupyter/nbgrader" in installed  # installed, and
+        assert "@jupyter/nbgrader" in config["disabledExtensions"]  # off: no Nbgrader menu
+        with pytest.raises(urllib.error.HTTPError, match="404"):  # no formgrader behind it
+            urllib.request.urlopen(url.replace("/lab?", "/formgrader?"), timeout=10)
+        assert not [line for line in log if "nbgrader" in line.lower()]
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=30)
 
 
-def wait_for_url(process: subprocess.Popen, port: int, timeout: float = 60.0) -> str:
+def wait_for_url(process: subprocess.Popen, port: int, log: list[str],
+                 timeout: float = 60.0) -> str:
+    """The address JupyterLab prints; every line before it goes to ``log``."""
     deadline = time.monotonic() + timeout
     for line in process.stdout:
+        log.append(line)
         match = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=\w+", line)
         if match:
             return match.group(0)
         if time.monotonic() > deadline:
             break
-    raise AssertionError("make lab did not print the JupyterLab address")
+    raise AssertionError("make lab did not print the JupyterLab address:\n" + "".join(log))
 
 
 def fetch_json(url: str, attempts: int = 30):

@@ -125,14 +125,14 @@ class LabServers:
         self.tmp_path_factory = tmp_path_factory
         self.started: list[Lab] = []
 
-    def jupyter_lab(self, root: Path) -> Lab:
-        """JupyterLab from this environment on ``root``, as `make lab` starts it."""
+    def make_lab(self, notebooks: Path) -> Lab:
+        """`make lab`, the student's JupyterLab, on a fresh working copy of the files in
+        ``notebooks`` (as it serves a working copy of notebooks/ in work/)."""
         port = free_port()
-        command = [str(Path(sys.executable).with_name("jupyter")), "lab", "--no-browser",
-                   "--ServerApp.ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
-                   f"--ServerApp.root_dir={root}"]
-        command += ["--allow-root"] if os.geteuid() == 0 else []
-        return self.start(command, cwd=root, port=port)
+        work = self.tmp_path_factory.mktemp("work")
+        command = ["make", "--no-print-directory", "-C", str(ROOT), "lab",
+                   f"NOTEBOOKS={notebooks}", f"WORK={work}", f"PORT={port}"]
+        return self.start(command, cwd=ROOT, port=port)
 
     def make_formgrader(self, workspace: Path) -> Lab:
         """`make formgrader`, the instructor's JupyterLab, with its course workspace in

@@ -16,12 +16,13 @@ README_LESSON = "02_scaled_dot_product"  # the README shows its temperature slid
 
 @pytest.fixture(scope="module")
 def lab(lab_servers, tmp_path_factory):
-    """One JupyterLab server for the module, on a fresh copy of notebooks/ and solutions/."""
+    """One student's JupyterLab (`make lab`) for the module, on a working copy of notebooks/
+    and solutions/."""
     root = tmp_path_factory.mktemp("course")
     for folder in (NOTEBOOKS, SOLUTIONS):
         shutil.copytree(folder, root / folder.name,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    return lab_servers.jupyter_lab(root)
+    return lab_servers.make_lab(root)
 
 
 @pytest.fixture
@@ -53,6 +54,15 @@ def test_student_notebook_renders(lesson, open_lesson, screenshot):
     expect(code).to_have_count(sum(cell.cell_type == "code" for cell in cells))
     expect(code.first).to_be_visible()
     expect(code.first).to_contain_text('USE_GPU = True  # @param {type:"boolean"}')
+
+    # A student's JupyterLab has none of the instructor's nbgrader tools, installed or not
+    # (test_browser_formgrader finds its menu in `make formgrader`).
+    menu = notebook.page.get_by_role("menuitem", name="Run", exact=True)
+    expect(menu).to_be_visible()  # the menu bar is there, and in it
+    expect(notebook.page.get_by_role("menuitem", name="Nbgrader", exact=True)).to_have_count(0)
+    toolbar = notebook.page.locator(".jp-NotebookPanel-toolbar")
+    expect(toolbar).to_be_visible()
+    expect(toolbar.get_by_text("Validate", exact=True)).to_have_count(0)
     screenshot(notebook.page, f"student_{lesson}")
 
 
