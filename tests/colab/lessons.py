@@ -7,7 +7,7 @@ widget too.
 Not part of the main suite, whose environment has ipywidgets 8 (where the browser tests check
 the same widgets on the page): `make test` builds that environment (.venv-colab) and runs
 
-    .venv-colab/bin/python -m pytest -o addopts= tests/colab/lessons.py
+    .venv-colab/bin/python -m pytest -o addopts= --noconftest tests/colab/lessons.py
 """
 
 import importlib.metadata
@@ -38,7 +38,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # What the kernel itself imports, printed by a cell added at the end of each notebook.
 VERSIONS_CELL = """\
-import importlib.metadata, json, sys
+import importlib.metadata, json
 print(json.dumps({name: importlib.metadata.version(name) for name in
                   ("ipywidgets", "numpy", "torch", "matplotlib", "tqdm", "ipykernel")}))"""
 
