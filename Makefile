@@ -170,7 +170,7 @@ formgrader: install-instructor
 
 # Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
 release: install-instructor
-	$(BIN)/python grader/release.py
+	$(BIN)/python -m grader.release
 
 # Grading (python -m grader --help): the workspace is $(COURSE_WORKSPACE).
 GRADER = $(BIN)/python -m grader --workspace "$(COURSE_WORKSPACE)"

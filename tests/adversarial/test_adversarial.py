@@ -9,7 +9,7 @@ import pytest
 from attacks import ATTACKS, MARKER
 from suite import Summary, fingerprint, run_suite, surviving_processes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.adversarial, pytest.mark.slow]
 BY_NAME = {attack.student: attack for attack in ATTACKS}
 
 
