@@ -79,10 +79,10 @@ def measure(students: list[int], lessons: list[str] | None = None, rounds: int =
     with tempfile.TemporaryDirectory() as scratch:
         workspaces = {name: Path(scratch) / name.replace(" ", "-") for name in GRADERS}
         count = build_class(workspaces["ours"], students, lessons)
+        gradebook.ensure_lessons(Workspace(workspaces["ours"]).db_url, lessons)
         for name, workspace in workspaces.items():  # not timed: the same one-off setup for all
             if name != "ours":
-                shutil.copytree(workspaces["ours"] / "submitted", workspace / "submitted")
-            gradebook.ensure_lessons(Workspace(workspace).db_url, lessons)
+                shutil.copytree(workspaces["ours"], workspace)
         times = {name: [] for name in GRADERS}
         for _ in range(rounds):  # alternating, so all see the same machine
             for name, grade in GRADERS.items():

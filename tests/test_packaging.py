@@ -22,11 +22,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSON_MODULES = {
-    "embeddings": "01_embeddings", "attention": "02_scaled_dot_product", "masks": "03_masking",
-    "multihead": "04_multi_head", "model": "05_copy_task", "data": "05_copy_task",
-    "training": "05_copy_task",
-}
 
 
 def pins() -> dict[str, str]:
@@ -157,12 +152,6 @@ def test_make_lab_installs_only_the_lab_extra_and_shows_download_progress(tmp_pa
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     assert "make test" in (ROOT / "README.md").read_text()
-
-
-@pytest.mark.parametrize("module, lesson", LESSON_MODULES.items())
-def test_each_lesson_module_names_its_lesson(module, lesson):
-    doc = importlib.import_module(f"attention_course.{module}").__doc__
-    assert f"Lesson: {lesson}" in doc
 
 
 def make_working_copy(notebooks: Path, work: Path) -> str:

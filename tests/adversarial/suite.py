@@ -282,9 +282,11 @@ def gradebook_problems(workspace: Workspace, before: dict[str, tuple]) -> list[s
 
 def surviving_processes(since: float) -> list[str]:
     """Processes an attack may have left: started during the suite in another PID namespace
-    or below this process, or carrying the attacks' marker."""
+    or below this process, or carrying the attacks' marker. Processes of a sibling of this
+    process (another test session running beside it, e.g. a pytest-xdist worker) are theirs."""
     me = psutil.Process()
     mine, own_namespace = {p.pid for p in me.children(recursive=True)}, _pid_namespace("self")
+    siblings = {p.pid for p in me.parent().children()} - {me.pid} if me.parent() else set()
     found = []
     for process in psutil.process_iter(["pid", "create_time", "cmdline"]):
         if process.pid == me.pid:
@@ -292,9 +294,17 @@ def surviving_processes(since: float) -> list[str]:
         command = " ".join(process.info["cmdline"] or [])
         recent = (process.info["create_time"] or 0) >= since
         foreign = _pid_namespace(process.pid) not in (None, own_namespace)
-        if MARKER in command or (recent and (foreign or process.pid in mine)):
+        if MARKER in command or (recent and (foreign and not _below(process, siblings)
+                                             or process.pid in mine)):
             found.append(f"{process.pid}: {command[:100]}")
     return found
+
+
+def _below(process: psutil.Process, ancestors: set[int]) -> bool:
+    try:
+        return any(parent.pid in ancestors for parent in process.parents())
+    except psutil.Error:  # it ended while we looked
+        return False
 
 
 def _pid_namespace(pid) -> str | None:

@@ -4,8 +4,9 @@ solution notebook executes top to bottom, and its widgets are real ipywidgets 7 
 ``interact`` box holds its controls and the figure it drew, and a training progress bar is a
 widget too.
 
-Not part of the main suite, whose environment has ipywidgets 8 (where the browser tests check
-the same widgets on the page): `make test` builds that environment (.venv-colab) and runs
+Not collected by the main suite, whose environment has ipywidgets 8 (where the browser tests
+check the same widgets on the page): `make test` builds that environment (.venv-colab), and
+tests/test_colab_pinned.py runs this file in it:
 
     .venv-colab/bin/python -m pytest -o addopts= --noconftest tests/colab/lessons.py
 """
@@ -22,16 +23,19 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from attention_course.lessons import ids
+
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 PINS = Path(__file__).with_name("constraints.txt")
-LESSONS = sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+LESSONS = ids()
 WITH_PROGRESS_BARS = [lesson for lesson in LESSONS if re.search(
     r"\btqdm\(", (SOLUTIONS / lesson / f"{lesson}.ipynb").read_text())]
 CELL_TIMEOUT_S = 120  # nbgrader's per-cell limit in the course
 # Lessons run two at a time, each kernel on one torch thread, so both cores are used and
-# neither kernel's parallel steps wait for a core the other one holds.
-WORKERS = 2
+# neither kernel's parallel steps wait for a core the other one holds; one at a time where the
+# caller already keeps the cores busy (COLAB_LESSON_WORKERS=1 from the main suite).
+WORKERS = int(os.environ.get("COLAB_LESSON_WORKERS", 2))
 KERNEL_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
