@@ -16,7 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nbformat
 import tomllib
+
+from attention_course import lessons
 
 from .course import ROOT, GradedCellError, graded_cells, lesson_names
 
@@ -37,11 +40,16 @@ def colab_url(lesson: str, settings: dict[str, str]) -> str:
 
 
 def stamp(text: str, lesson: str, settings: dict[str, str]) -> str:
-    """Fill the badge and setup-cell placeholders of one notebook's JSON text."""
+    """Fill the badge and setup-cell placeholders of one notebook's JSON text, and ask Colab
+    for a GPU runtime only where the registry says the lesson benefits from one."""
     values = (colab_url(lesson, settings), settings["repository"], settings["branch"])
     for placeholder, value in zip(PLACEHOLDERS, values, strict=True):
         text = text.replace(placeholder, value)
-    return text
+    notebook = nbformat.reads(text, as_version=4)
+    notebook.metadata.pop("accelerator", None)
+    if lessons.lesson(lesson).gpu:
+        notebook.metadata["accelerator"] = "GPU"
+    return nbformat.writes(notebook) + "\n"
 
 
 def generate(lesson: str, out: Path, db_url: str | None) -> None:

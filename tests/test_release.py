@@ -1,12 +1,14 @@
 """The student notebooks are exactly what nbgrader generates from the solutions, and leak
 nothing."""
 
+import dataclasses
 import json
 import re
 
 import pytest
 from notebook_tools import BEGIN, END, NOTEBOOKS, SOLUTIONS, grading, lessons, read
 
+from attention_course import lessons as registry
 from grader import release
 
 LESSONS = lessons()
@@ -95,3 +97,18 @@ def test_badge_and_setup_cell_point_at_the_configured_repository(lesson):
 def test_solutions_are_committed_without_outputs(lesson):
     for cell in read(SOLUTIONS, lesson).cells:
         assert not cell.get("outputs") and not cell.get("execution_count")
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_colab_asks_for_a_gpu_only_where_the_registry_says_so(lesson):
+    asked = read(NOTEBOOKS, lesson).metadata.get("accelerator")
+    assert asked == ("GPU" if registry.lesson(lesson).gpu else None)
+    assert "accelerator" not in read(SOLUTIONS, lesson).metadata  # the registry decides
+
+
+def test_a_lesson_that_benefits_from_a_gpu_is_opened_on_one(monkeypatch):
+    entry = dataclasses.replace(registry.lesson(LESSONS[0]), gpu=True)
+    monkeypatch.setattr(registry, "lesson", lambda lesson_id: entry)
+    text = (NOTEBOOKS / LESSONS[0] / f"{LESSONS[0]}.ipynb").read_text()
+    stamped = json.loads(release.stamp(text, LESSONS[0], release.course_settings()))
+    assert stamped["metadata"]["accelerator"] == "GPU"

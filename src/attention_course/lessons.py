@@ -46,6 +46,7 @@ class Lesson:
     practice: tuple[Practice, ...]
     may_import: tuple[str, ...] = ()
     builds: str = ""  # what the student builds, in words (the README's lesson table)
+    gpu: bool = False  # Colab opens it on a GPU runtime: it runs at sizes where a GPU helps
 
     @property
     def number(self) -> int:
