@@ -13,6 +13,8 @@ Each lesson's checks live in ``lessonNN.py``; every module of that name is found
 import importlib
 import pkgutil
 
+from .restart import install as install_restart_hint
+
 MODULES = tuple(importlib.import_module(f"{__name__}.{found.name}")
                 for found in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
                 if found.name.startswith("lesson"))
@@ -20,3 +22,4 @@ CHECKS = {name: function for module in MODULES for name, function in vars(module
           if name.startswith("check_") and getattr(function, "__module__", None) == module.__name__}
 globals().update(CHECKS)
 __all__ = list(CHECKS)  # in lesson order
+install_restart_hint()  # in a notebook, a NameError says to run the cells above
