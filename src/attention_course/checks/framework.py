@@ -13,6 +13,8 @@ output has NaN; bool outputs must be equal.
 """
 
 import itertools
+import os
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ from torch import Tensor
 
 from .shortcuts import Forbidden, watch_calls
 
+CHECKS_FOLDER = os.path.dirname(os.path.abspath(__file__))  # the checker's own frames
 TOLERANCES = {torch.float64: (1e-7, 1e-10)}
 DEFAULT_TOLERANCE = (1e-4, 1e-5)
 
@@ -328,6 +331,14 @@ class CheckFailed(AssertionError):
     def __init__(self, message: str, mistake: str | None = None):
         super().__init__(message)
         self.mistake = mistake
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows (JupyterLab, Colab, nbval): the line of the student's cell that
+        ran the check, then the check's message; none of the checker's own frames."""
+        outside = [frame for frame in traceback.extract_tb(self.__traceback__)
+                   if not frame.filename.startswith(CHECKS_FOLDER)]
+        cell = [f"----> {outside[-1].lineno} {outside[-1].line}"] if outside else []
+        return [*cell, f"{type(self).__name__}: {self}"]
 
 
 # The grader's recording or replaying session, when one is active (see ``recording``).
