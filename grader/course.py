@@ -71,10 +71,9 @@ def check_calls(source: str, where: str) -> tuple[CheckCall, ...]:
         raise GradedCellError(f"{where}: not valid Python ({err.msg}, line {err.lineno})") from None
     calls = []
     for statement in statements:
-        if isinstance(statement, ast.ImportFrom) and statement.module == CHECKS_MODULE:
-            unknown = [a.name for a in statement.names if a.name not in CHECKS]
-            if not unknown:
-                continue
+        if (isinstance(statement, ast.ImportFrom) and statement.module == CHECKS_MODULE
+                and all(alias.name in CHECKS for alias in statement.names)):
+            continue
         call = _check_call(statement)
         if call is None:
             raise GradedCellError(
