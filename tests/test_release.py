@@ -112,3 +112,13 @@ def test_a_lesson_that_benefits_from_a_gpu_is_opened_on_one(monkeypatch):
     text = (NOTEBOOKS / LESSONS[0] / f"{LESSONS[0]}.ipynb").read_text()
     stamped = json.loads(release.stamp(text, LESSONS[0], release.course_settings()))
     assert stamped["metadata"]["accelerator"] == "GPU"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_lesson_says_how_to_carry_on_when_stuck(lesson):
+    text = "\n".join(c.source for c in read(NOTEBOOKS, lesson).cells if c.cell_type == "markdown")
+    shown = re.search(r"^ {4}from attention_course\.(\w+) import (\w+)$", text, re.M)
+    assert shown and "Run All Above" in text
+    references = {".".join(p.reference.split(".")[:2])
+                  for p in registry.lesson(lesson).practice if p.reference}
+    assert ".".join(shown.groups()) in references  # a reference of this lesson's exercises
