@@ -10,6 +10,7 @@ from oracles import assert_close
 from torch import nn
 
 from attention_course.checks import check_copy_accuracy
+from attention_course.checks.lesson05 import rebuild_model
 from attention_course.data import CopyTask, seeded_generator
 from attention_course.model import DecoderOnlyTransformer
 from attention_course.training import (
@@ -185,3 +186,10 @@ def test_check_copy_accuracy_accepts_a_longer_position_table(copy_model):
 def test_check_copy_accuracy_wants_the_lessons_model():
     with pytest.raises(AssertionError, match="expected the lesson's DecoderOnlyTransformer"):
         check_copy_accuracy(nn.Linear(2, 2), greedy_decode)
+
+
+def test_a_forged_record_of_huge_sizes_allocates_nothing_before_its_weights_match():
+    huge = torch.tensor([1024, 4096, 1024, 64, 1, 8192, 1])  # one layer of 1024 wide, 8192 MLP
+    small = DecoderOnlyTransformer(11, 20).state_dict().values()
+    with pytest.raises(ValueError, match="is not a tensor of shape"):
+        rebuild_model(huge, tuple(small))

@@ -317,13 +317,21 @@ def model_config(model: DecoderOnlyTransformer) -> dict[str, int]:
 
 
 def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransformer:
-    """The lesson's model class with the recorded weights, from sizes within sane limits."""
+    """The lesson's model class with the recorded weights, from sizes within sane limits. It is
+    laid out on the meta device first: memory is taken only once the recorded weights (whose
+    size the grader bounds) have the shapes the sizes claim."""
     sizes = dict(zip(CONFIG, (int(n) for n in config.tolist()), strict=True))
     if any(not 0 <= sizes[key] <= limit for key, limit in MODEL_LIMITS.items()):
         raise ValueError(f"model sizes out of range: {sizes}")
     learned = bool(sizes.pop("learned_positions"))
-    model = DecoderOnlyTransformer(**sizes, learned_positions=learned)
-    model.load_state_dict(dict(zip(model.state_dict(), weights, strict=True)), strict=True)
+    with torch.device("meta"):
+        model = DecoderOnlyTransformer(**sizes, learned_positions=learned)
+    state = dict(zip(model.state_dict(), weights, strict=True))
+    for name, shape in ((n, t.shape) for n, t in model.state_dict().items()):
+        if not isinstance(state[name], torch.Tensor) or state[name].shape != shape:
+            raise ValueError(f"{name} is not a tensor of shape {tuple(shape)}")
+    model = model.to_empty(device="cpu")
+    model.load_state_dict(state, strict=True)
     return model.eval()
 
 
