@@ -20,15 +20,26 @@ class Practice:
     ``reference`` is where the package has the same thing (``module.name``), which the lesson's
     notebook never imports. A practice with ``written=False`` has no practice cell of its own:
     its check grades what the lesson's earlier cells built (lesson 05's trained model).
+    ``difficulty`` (1 to 3) and ``minutes`` (about how long it takes) are shown above the
+    practice cell, in the ``header`` line; 0 means not rated yet.
     """
 
     name: str
     reference: str | None = None
     written: bool = True
+    difficulty: int = 0  # 1: one idea in a few lines, 2: two ideas or a shape trap, 3: several
+    minutes: int = 0
 
     @property
     def check(self) -> str:
         return f"check_{self.name}"
+
+    @property
+    def header(self) -> str:
+        """The first line of the markdown cell above the practice cell, e.g.
+        ``**Exercise · softmax** · difficulty ●○○ · about 10 minutes``."""
+        dots = "●" * self.difficulty + "○" * (3 - self.difficulty)
+        return f"**Exercise · {self.name}** · difficulty {dots} · about {self.minutes} minutes"
 
 
 @dataclass(frozen=True)
@@ -62,34 +73,38 @@ LESSONS = (
         "01_embeddings", "embeddings", teaches=("embeddings",),
         builds="one-hot lookup = embedding, sinusoidal positional encoding, token + position "
                "embedding",
-        practice=(Practice("one_hot_embedding", "embeddings.one_hot_embedding"),
+        practice=(Practice("one_hot_embedding", "embeddings.one_hot_embedding",
+                           difficulty=1, minutes=5),
                   Practice("sinusoidal_positional_encoding",
-                           "embeddings.sinusoidal_positional_encoding"),
+                           "embeddings.sinusoidal_positional_encoding", difficulty=2, minutes=15),
                   Practice("token_and_position_embedding",
-                           "embeddings.token_and_position_embedding"))),
+                           "embeddings.token_and_position_embedding", difficulty=1, minutes=10))),
     Lesson(
         "02_scaled_dot_product", "scaled dot-product attention", teaches=("attention",),
         builds="stable softmax, attention scores, `softmax(QK^T / sqrt(D)) V`",
-        practice=(Practice("softmax", "attention.softmax"),
-                  Practice("attention_scores", "attention.attention_scores"),
+        practice=(Practice("softmax", "attention.softmax", difficulty=1, minutes=10),
+                  Practice("attention_scores", "attention.attention_scores",
+                           difficulty=2, minutes=10),
                   Practice("scaled_dot_product_attention",
-                           "attention.scaled_dot_product_attention"))),
+                           "attention.scaled_dot_product_attention", difficulty=1, minutes=5))),
     Lesson(
         "03_masking", "masking", teaches=("masks",),
         builds="causal and padding masks, applying a mask, masked attention, mask conventions",
-        practice=(Practice("causal_mask", "masks.causal_mask"),
-                  Practice("padding_mask", "masks.padding_mask"),
-                  Practice("apply_mask", "masks.apply_mask"),
-                  Practice("masked_attention", "attention.scaled_dot_product_attention"),
-                  Practice("to_mha_mask", "masks.to_mha_mask")),
+        practice=(Practice("causal_mask", "masks.causal_mask", difficulty=1, minutes=10),
+                  Practice("padding_mask", "masks.padding_mask", difficulty=2, minutes=10),
+                  Practice("apply_mask", "masks.apply_mask", difficulty=2, minutes=10),
+                  Practice("masked_attention", "attention.scaled_dot_product_attention",
+                           difficulty=3, minutes=20),
+                  Practice("to_mha_mask", "masks.to_mha_mask", difficulty=1, minutes=5)),
         may_import=("attention.attention_scores", "attention.softmax")),
     Lesson(
         "04_multi_head", "multi-head attention", teaches=("multihead",),
         builds="splitting and merging heads, `MultiHeadAttention.forward`, parity with "
                "`nn.MultiheadAttention`",
-        practice=(Practice("split_heads", "multihead.split_heads"),
-                  Practice("merge_heads", "multihead.merge_heads"),
-                  Practice("multi_head_attention", "multihead.MultiHeadAttention")),
+        practice=(Practice("split_heads", "multihead.split_heads", difficulty=2, minutes=10),
+                  Practice("merge_heads", "multihead.merge_heads", difficulty=1, minutes=5),
+                  Practice("multi_head_attention", "multihead.MultiHeadAttention",
+                           difficulty=3, minutes=20)),
         may_import=("attention", "masks")),
     Lesson(
         "05_copy_task", "copy task", teaches=("model", "data", "training"),
