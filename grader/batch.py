@@ -2,13 +2,17 @@
 
 Each worker owns one warm runner process in its own sandbox (``runner.py`` in ``sandbox``:
 torch already imported, one fresh confined process per submission), so a submission costs its
-own cells, not a sandbox, a kernel start and an ``import torch``. The runner gets the cells and
-sends back the output and the observations over its pipes. Workers run side by side (default:
-one per core); points are decided here, in the trusted process, one submission at a time.
-Outcomes:
+own cells, not a sandbox, a kernel start and an ``import torch``. A runner serves one lesson, with
+the package that lesson's notebook may see (``package``); a worker restarts its runner when the
+lesson changes, and submissions are taken lesson by lesson. At each graded cell the student's
+process waits while the checks run here, in the trusted process, which asks it only to call
+the student's code on the cases it sends (``verdicts``). Workers run side by side (default: one
+per core). Outcomes:
 
-- graded: every graded cell judged (points may be 0; tampering evidence is kept for a human);
-- ungradable: the file could not be read as this lesson's notebook (see ``submissions``);
+- graded: every graded cell judged (points may be 0; what the source shows is flagged for a
+  human, see ``inspection``);
+- ungradable: the file could not be read as this lesson's notebook (see ``submissions``), or
+  the student's process answered a check with something that is not a record of observations;
 - timed out: a cell would not stop when interrupted, or the submission ran past its budget;
 - crashed: the kernel died (``os._exit``, a segfault, killed) before grading finished.
 
@@ -30,11 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox
+from attention_course import lessons as registry
+
+from . import package, sandbox
 from .course import Lesson, Workspace
+from .inspection import inspect_submission
 from .results import Outcome, Result, not_graded
 from .submissions import Submission, Ungradable, plan, read_notebook
-from .verdicts import MAX_RECORD_BYTES, Unreadable, judge_lesson, read_record
+from .verdicts import MAX_RECORD_BYTES, Exchange, ExchangeFailed, Unreadable, judge_cell
 
 RUNNER = Path(__file__).with_name("runner.py")
 GiB, MiB = 2**30, 2**20
@@ -59,53 +66,90 @@ class Limits:
                            "file_size": self.file_size, "open_files": self.open_files}}
 
 
-class RunnerDied(Exception):
+class RunnerDied(ExchangeFailed):
     pass
 
 
+class Ended(ExchangeFailed):
+    """The submission's process ended while a check was waiting for its reply."""
+
+    def __init__(self, answer: dict):
+        super().__init__(answer.get("reason", ""))
+        self.answer = answer
+
+
+OnGraded = Callable[[str, Exchange], None]  # (grade_id, exchange) at each graded cell
+
+
 class Runner:
-    """One warm runner process, in its own sandbox unless ``sandboxed`` is false (then with the
-    grader's rights, in ``scratch``); restarted whenever it dies or stops answering."""
+    """One warm runner process for one lesson at a time, in its own sandbox unless
+    ``sandboxed`` is false (then with the grader's rights, in ``scratch``); restarted whenever
+    it dies, stops answering or is needed for another lesson."""
 
     def __init__(self, scratch: Path, limits: Limits, sandboxed: bool = True):
         self.scratch, self.limits, self.sandboxed = scratch, limits, sandboxed
         self.process: subprocess.Popen | None = None
-        self.buffer = b""
+        self.lesson: str | None = None
+        self.buffer, self.deadline = b"", 0.0
 
-    def command(self) -> list[str]:
+    def command(self, package_root: Path) -> list[str]:
         if self.sandboxed:
-            return sandbox.runner_command(self.limits.disk)
+            return sandbox.runner_command(self.limits.disk, package_root)
         self.scratch.mkdir(parents=True, exist_ok=True)
         return [sandbox.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch),
-                "--package-root", str(sandbox.PACKAGE.parent)]
+                "--package-root", str(package_root)]
 
-    def start(self) -> None:
+    def start(self, lesson: str) -> None:
+        self.stop()
+        root = package.build(registry.lesson(lesson),
+                             self.scratch.parent / "packages" / self.scratch.name / lesson)
         env = {} if self.sandboxed else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                                          "OMP_NUM_THREADS": "1"}  # none of the grader's
-        self.process = subprocess.Popen(self.command(), stdin=subprocess.PIPE,
+        self.process = subprocess.Popen(self.command(root), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=env,
                                         cwd=None if self.sandboxed else self.scratch,
                                         start_new_session=True)
-        self.buffer = b""
+        self.lesson, self.buffer = lesson, b""
         self._line(time.monotonic() + self.limits.start_timeout)
 
-    def run(self, job: dict) -> tuple[dict, dict[str, bytes]]:
-        """The runner's answer to ``job`` and the files that came with it."""
+    def run(self, lesson: str, job: dict, on_graded: OnGraded) -> tuple[dict, dict[str, bytes]]:
+        """The runner's answer to ``job`` and the files that came with it; ``on_graded`` is
+        called at each graded cell, and may exchange requests for replies meanwhile."""
         try:
-            if self.process is None or self.process.poll() is not None:
-                self.start()
-            self.process.stdin.write(json.dumps(job).encode() + b"\n")
-            self.process.stdin.flush()
-            deadline = time.monotonic() + job["budget"] + 30
-            answer = self._line(deadline)
-            sizes = answer.pop("files")
-            if sum(sizes.values()) > job["record_limit"] + job["output_kept"] + 4096:
-                raise RunnerDied("it announced more data than it may send")
-            return answer, {name: self._bytes(size, deadline) for name, size in sizes.items()}
+            if self.process is None or self.process.poll() is not None or self.lesson != lesson:
+                self.start(lesson)
+            self.deadline = time.monotonic() + job["budget"] + 30
+            self._send(job)
+            while "event" in (message := self._line(self.deadline)):
+                if message["event"] != "at" or type(message.get("grade_id")) is not str:
+                    raise RunnerDied(f"an unexpected message {message.get('event')!r}")
+                on_graded(message["grade_id"], self.exchange)
+                self._send({"continue": True})
+            return self._final(message)
+        except Ended as ended:
+            return self._final(ended.answer)
         except (RunnerDied, OSError, ValueError, KeyError, AttributeError) as err:  # or garbage
             self.stop()
             return {"status": "crashed", "reason": f"the grading kernel stopped answering "
                                                    f"({err})"}, {}
+
+    def exchange(self, request: bytes) -> list[bytes]:
+        """Send a check's request to the waiting submission; its replies, one per case."""
+        self._send({"request": len(request)}, request)
+        message = self._line(self.deadline)
+        if message.get("event") != "reply":
+            raise Ended(message)
+        return [self._bytes(size, self.deadline) for size in message["sizes"]]
+
+    def _final(self, answer: dict) -> tuple[dict, dict[str, bytes]]:
+        sizes = answer.pop("files")
+        if sum(sizes.values()) > self.limits.output_kept + 4096:
+            raise RunnerDied("it announced more data than it may send")
+        return answer, {name: self._bytes(size, self.deadline) for name, size in sizes.items()}
+
+    def _send(self, header: dict, data: bytes = b"") -> None:
+        self.process.stdin.write(json.dumps(header).encode() + b"\n" + data)
+        self.process.stdin.flush()
 
     def _line(self, deadline: float) -> dict:
         while b"\n" not in self.buffer:
@@ -144,23 +188,43 @@ def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace:
     """Grade one submission; always returns its result, never raises for the student's sake."""
     started = time.monotonic()
     try:
-        steps = plan(read_notebook(submission), lesson)
+        notebook = read_notebook(submission)
+        steps = plan(notebook, lesson)
     except Ungradable as err:
         return failed(submission, lesson, Outcome.UNGRADABLE, str(err))
-    answer, files = runner.run(runner.limits.job(steps))
+    expected = [step["grade_id"] for step in steps if step["kind"] == "graded"]
+    cells = {cell.grade_id: cell for cell in lesson.cells}
+    judged = {}
+
+    def on_graded(grade_id: str, exchange: Exchange) -> None:
+        if grade_id != expected[len(judged)]:
+            raise RunnerDied(f"the kernel stopped at {grade_id[:60]!r}, not at the next graded "
+                             f"cell")
+
+        def waiting(request: bytes) -> list[bytes]:  # others judge while this one computes
+            judging.release()
+            try:
+                return exchange(request)
+            finally:
+                judging.acquire()
+
+        with judging:
+            judged[grade_id] = judge_cell(cells[grade_id], waiting)
+
+    try:
+        answer, files = runner.run(lesson.name, runner.limits.job(steps), on_graded)
+    except Unreadable as err:
+        runner.stop()
+        return failed(submission, lesson, Outcome.UNGRADABLE, f"ungradable record: {err}",
+                      time.monotonic() - started)
     _keep_output(files.get("output.txt"),
                  workspace.result_file(submission.student, submission.lesson))
     if answer["status"] != "finished":
         return failed(submission, lesson, Outcome(answer["status"]), answer["reason"],
                       time.monotonic() - started)
-    try:
-        data, recorded = read_record(files)
-        with judging:
-            exercises = judge_lesson(lesson, recorded)
-    except Unreadable as err:
-        return failed(submission, lesson, Outcome.CRASHED, str(err), time.monotonic() - started)
-    return Result(submission.student, submission.lesson, Outcome.GRADED, "", tuple(exercises),
-                  lesson.max_score, tuple(str(e) for e in data.get("tampering", [])),
+    return Result(submission.student, submission.lesson, Outcome.GRADED, "",
+                  tuple(judged[cell.grade_id] for cell in lesson.cells), lesson.max_score,
+                  tuple(inspect_submission(notebook, lesson)),
                   round(time.monotonic() - started, 2))
 
 
@@ -213,9 +277,12 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
         on_result(result)
         return result
 
+    by_lesson = sorted(range(len(submissions)), key=lambda i: submissions[i].lesson)
     try:
-        with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(grade, submissions))
+        with ThreadPoolExecutor(workers) as pool:  # lesson by lesson: runners restart rarely
+            graded = dict(zip(by_lesson, pool.map(grade, [submissions[i] for i in by_lesson]),
+                              strict=True))
+        return [graded[i] for i in range(len(submissions))]
     finally:
         while not runners.empty():
             runners.get().stop()

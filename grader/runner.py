@@ -1,32 +1,38 @@
 """The only part of grading that runs student code: a warm interpreter that forks one process
 per submission.
 
-Started once per grading worker (``python -I grader/runner.py --scratch DIR --package-root
-SRC``), in the sandbox where there is one, it imports torch, IPython, matplotlib and the course
-package (the one under SRC, which the grader uses too) once, then reads jobs from stdin, one
-JSON line each:
+Started once per grading worker and lesson (``python -I grader/runner.py --scratch DIR
+--package-root ROOT``), in the sandbox where there is one, it imports torch, IPython and
+matplotlib once, and the course package as that lesson's notebook may see it (``ROOT``, built
+by ``grader/package.py``: no exercise reference of the lesson, no check), then reads jobs from
+stdin, one JSON line each:
 
     {"cell_timeout": 120, "budget": 600, "output_kept": 262144, "record_limit": 67108864,
      "limits": {"memory": ..., "cpu_seconds": ..., "file_size": ..., "open_files": ...},
-     "cells": [{"kind": "code", "source": "..."},
-               {"kind": "record", "grade_id": "check_softmax",
-                "calls": [["check_softmax", ["softmax"], 0], ["check_softmax", ["softmax"], 1]]},
-               ...]}
+     "cells": [{"kind": "code", "source": "..."}, {"kind": "graded", "grade_id": "..."}, ...]}
 
 For each job it forks a fresh process, confined before any student code runs (``confinement``:
 resource limits, no new processes), that runs the code cells in order in an IPython shell (the
-engine inside ipykernel) and, where a graded test cell stood, records what the student's objects
-do on the check's seeded inputs (``attention_course.checks.recording``); nothing is judged here.
-It talks to this process over pipes only: its output (the first ``output_kept`` bytes kept),
-the cell it starts, and at the end what it observed (``record_limit`` bytes at most). A cell
-past ``cell_timeout`` is interrupted (SIGINT), then killed if it does not stop, and the whole
-job is killed past ``budget``.
+engine inside ipykernel). Where a graded cell stood, it stops and the grader judges: this
+process relays, as framed messages on stdout and stdin,
 
-Each answer is a JSON line, {"status": "finished" | "timed out" | "crashed", "reason": "...",
-"files": {name: size}}, followed by the files' bytes: output.txt, and when it finished,
-observations.json and observations.npz (plain arrays, no pickles). After each job the scratch
-directory (home, temporary files, working directory) is emptied and, in the sandbox's own PID
-namespace (``--own-pid-namespace``), every other process is killed.
+    -> {"event": "at", "grade_id": "..."}          the student's process waits here
+    <- {"request": N} + N bytes                    a check's cases (``checks.wire``)
+    -> {"event": "reply", "sizes": [n, ...]} + bytes   one reply per case
+    <- {"continue": true}                          on to the next cell
+
+and the student's process answers each request with ``checks.observing.answer`` (it calls the
+student's code on the cases; nothing is judged there). It talks to this process over pipes
+only: its output (the first ``output_kept`` bytes kept), the cell it starts, its replies
+(``record_limit`` bytes at most each) and the requests it reads. Anything else on its channel
+ends it. A cell past ``cell_timeout`` (not counting the time the grader takes to judge) is
+interrupted (SIGINT), then killed if it does not stop, and the whole job is killed past
+``budget``.
+
+Each job ends with a JSON line, {"status": "finished" | "timed out" | "crashed", "reason": "...",
+"cell_errors": {...}, "files": {name: size}}, followed by the files' bytes (output.txt). After
+each job the scratch directory (home, temporary files, working directory) is emptied and, in the
+sandbox's own PID namespace (``--own-pid-namespace``), every other process is killed.
 
 This file imports nothing from the grader but ``confinement`` next to it, so it can run where
 the grader's files are not visible.
@@ -35,7 +41,6 @@ the grader's files are not visible.
 import argparse
 import fcntl
 import importlib
-import io
 import json
 import os
 import select
@@ -46,8 +51,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
@@ -59,28 +62,28 @@ except ImportError:
 
 SCRATCH_LAYOUT = ("home", "tmp", "work")
 GRACE_SECONDS = 5.0  # after SIGINT, how long a cell has to stop before it is killed
-# the forked process's pipes to the runner: its output, the cell it starts, what it observed
-OUTPUT_FD, PROGRESS_FD, RECORD_FD = 1, 3, 4
+# the forked process's pipes: its output, the cell it starts, its channel to the grader (its
+# waits and replies), and the grader's requests to it
+OUTPUT_FD, PROGRESS_FD, CHANNEL_FD, REQUEST_FD = 1, 3, 4, 5
 UNCONFINED = 71  # its exit status when the limits could not be set: no student code ran
+MAX_HEADER = 1 << 20  # the longest line the student's process may send on its channel
 
 
 @dataclass(frozen=True)
 class Setup:
-    """What the warm runner prepared once: its scratch directory, the course's checks and the
-    original of everything a forged check would patch."""
+    """What the warm runner prepared once: its scratch directory and the student's side of
+    the checks (from the lesson's package)."""
 
     scratch: Path
     own_pid_namespace: bool
-    checks: dict  # check name -> function
-    guarded: dict  # (owner, attribute) -> original object
-    codes: dict  # function -> its original code object
+    observing: object  # attention_course.checks.observing
 
 
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scratch", type=Path, required=True, help="private writable directory")
     parser.add_argument("--package-root", type=Path, required=True,
-                        help="the folder holding the attention_course package the grader uses")
+                        help="the folder holding the lesson's attention_course package")
     parser.add_argument("--own-pid-namespace", action="store_true",
                         help="alone in a PID namespace: kill every other process after each job")
     return parser
@@ -90,117 +93,59 @@ def prepare(scratch: Path, package_root: Path, own_pid_namespace: bool = False) 
     """Point this process at the scratch directory and import what every submission needs."""
     scratch = scratch.resolve()
     os.environ.update({"HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"),
-                       "IPYTHONDIR": str(scratch / "home" / ".ipython"), "MPLBACKEND": "Agg"})
+                       "IPYTHONDIR": str(scratch / "home" / ".ipython"), "MPLBACKEND": "Agg",
+                       "TORCHDYNAMO_DISABLE": "1"})  # torch.compile runs the plain function
     sys.path.insert(0, str(package_root))
     importlib.import_module("matplotlib.pyplot")  # once here, not once per submission
-    checks = importlib.import_module("attention_course.checks")
-    guarded = _guarded(checks)
-    codes = {obj: obj.__code__ for obj in guarded.values() if hasattr(obj, "__code__")}
-    return Setup(scratch, own_pid_namespace, dict(checks.CHECKS), guarded, codes)
+    observing = importlib.import_module("attention_course.checks.observing")
+    return Setup(scratch, own_pid_namespace, observing)
 
 
-# ---------------------------------------------------------------- what student code may tamper with
+# ---------------------------------------------------------------- in the forked process
 
-def _guarded(checks) -> dict[tuple[object, str], object]:
-    """(owner, attribute) -> original object, for everything a forged check would patch."""
-    from attention_course.checks import framework, recording, shortcuts
-
-    owners = [torch, torch.testing, torch.Tensor, checks, framework, recording, shortcuts,
-              *checks.MODULES]
-    names = {torch: ("allclose", "equal", "isclose", "eq"), torch.testing: ("assert_close",),
-             torch.Tensor: ("__eq__", "equal", "allclose", "detach", "cpu", "contiguous",
-                            "reshape", "view", "numpy")}
-    guarded = {}
-    for owner in owners:
-        for name in names.get(owner, [n for n in vars(owner) if not n.startswith("__")]):
-            guarded[owner, name] = getattr(owner, name)
-    return guarded
-
-
-def _label(owner, name: str) -> str:
-    return f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
-
-
-def restore_guarded(setup: Setup) -> list[str]:
-    """Put back every guarded object student code replaced; say what was replaced."""
-    evidence = []
-    for (owner, name), original in setup.guarded.items():
-        if getattr(owner, name, None) is not original:
-            evidence.append(f"{_label(owner, name)} was replaced")
-            setattr(owner, name, original)
-    for function, code in setup.codes.items():
-        if function.__code__ is not code:
-            evidence.append(f"the code of {function.__module__}.{function.__qualname__} was "
-                            f"changed")
-            function.__code__ = code
-    return evidence
+def run_submission(job: dict, setup: Setup, progress, channel, requests) -> None:
+    """Runs in the forked process: execute the cells; at each graded cell, answer the
+    grader's requests until it says to go on."""
+    os.chdir(setup.scratch / "work")
+    shell = InteractiveShell.instance(config=Config(  # plain tracebacks: read in a text file
+        HistoryManager={"enabled": False}, InteractiveShell={"colors": "nocolor"}))
+    cell_errors = {}
+    for index, cell in enumerate(job["cells"]):
+        progress.write(f"{index}\n")
+        progress.flush()
+        if cell["kind"] == "code":
+            result = _run_cell(shell, cell["source"])
+            if result:
+                cell_errors[index] = result
+        else:
+            _send(channel, {"at": cell["grade_id"]})
+            serve_requests(setup.observing, shell.user_ns, channel, requests)
+    _send(channel, {"done": {"cell_errors": cell_errors}})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    progress.write("done\n")
+    progress.flush()
 
 
-def shell_tampering(shell: InteractiveShell, pristine: dict) -> list[str]:
-    """Changes to the IPython shell a notebook has no reason to make."""
-    seen = _shell_state(shell)
-    evidence = [f"{what} changed ({pristine[what]} -> {seen[what]})"
-                for what in seen if seen[what] != pristine[what]]
-    if "showtraceback" in vars(shell):
-        evidence.append("the shell's showtraceback was replaced")
-    return evidence
+def serve_requests(observing, namespace: dict, channel, requests) -> None:
+    """Answer the grader's requests on the student's objects until it says to go on."""
+    while True:
+        header = json.loads(requests.readline())
+        if header.get("continue"):
+            return
+        request = requests.read(header["request"])
+        try:
+            replies = observing.answer(request, namespace)
+        except BaseException as err:  # noqa: BLE001 (interrupted past the cell's time limit)
+            failed = observing.Observation(error=_describe_error(err))
+            cases = observing.wire.loads(request)["cases"]
+            replies = [observing.wire.dumps(vars(failed)) for _ in cases]
+        _send(channel, {"reply": [len(r) for r in replies]}, b"".join(replies))
 
 
-def _shell_state(shell: InteractiveShell) -> dict:
-    return {
-        "input transformers": len(shell.input_transformers_cleanup)
-        + len(shell.input_transformers_post) + len(shell.input_transformer_manager.line_transforms),
-        "AST transformers": len(shell.ast_transformers),
-        "custom exception handlers": len(shell.custom_exceptions),
-        # post_execute is matplotlib's (it draws figures); pre-run hooks are nobody's
-        "pre-run callbacks": sum(len(shell.events.callbacks[e])
-                                 for e in ("pre_run_cell", "pre_execute")),
-    }
-
-
-# ---------------------------------------------------------------- recording, in the forked process
-
-class Record:
-    """Everything recorded for one submission: per graded cell, the calls and their errors."""
-
-    def __init__(self):
-        self.entries: list[dict] = []
-        self.calls: list = []  # per check call, its list of Observations
-
-    def add(self, entry: dict, calls: list) -> None:
-        self.entries.append(entry | {"first": len(self.calls), "count": len(calls)})
-        self.calls.extend(calls)
-
-    def send(self, pipe, extra: dict) -> None:
-        """To the runner: the metadata as one JSON line, then the arrays as an .npz file."""
-        from attention_course.checks import recording
-
-        metadata, arrays = recording.to_arrays(self.calls)
-        pipe.write(json.dumps({"entries": self.entries, "observations": metadata} | extra)
-                   .encode() + b"\n")
-        arrays_file = io.BytesIO()
-        np.savez(arrays_file, **arrays)
-        pipe.write(arrays_file.getvalue())
-        pipe.flush()
-
-
-def record_checks(cell: dict, namespace: dict, record: Record, checks: dict) -> None:
-    """Call each of the cell's checks on the student's objects, recording, judging nothing."""
-    from attention_course.checks import recording
-
-    for check, targets, seed in cell["calls"]:
-        entry = {"grade_id": cell["grade_id"], "check": check, "targets": targets, "seed": seed,
-                 "error": None}
-        with recording.recording() as recorder:
-            try:
-                missing = [name for name in targets if name not in namespace]
-                if missing:
-                    raise NameError(f"`{missing[0]}` is not defined: did the cell that defines "
-                                    f"it run without errors?")
-                checks[check](*(namespace[name] for name in targets), seed=seed)
-            except BaseException as err:  # noqa: BLE001 (the student's code, interrupted too)
-                entry["error"] = _describe_error(err)
-        record.add(entry, recorder.calls)
+def _send(channel, header: dict, data: bytes = b"") -> None:
+    channel.write(json.dumps(header).encode() + b"\n" + data)
+    channel.flush()
 
 
 def _describe_error(err: BaseException) -> str:
@@ -209,33 +154,6 @@ def _describe_error(err: BaseException) -> str:
     if isinstance(err, NotImplementedError):
         return "NotImplementedError: a function it needs is not written yet"
     return f"{type(err).__name__}: {err}"[:2000]
-
-
-# ---------------------------------------------------------------- one submission, confined
-
-def run_submission(job: dict, setup: Setup, progress, record_pipe) -> None:
-    """Runs in the forked process: execute the cells, record at the graded cells, send."""
-    os.chdir(setup.scratch / "work")
-    shell = InteractiveShell.instance(config=Config(  # plain tracebacks: read in a text file
-        HistoryManager={"enabled": False}, InteractiveShell={"colors": "nocolor"}))
-    pristine = _shell_state(shell)
-    record, cell_errors, tampering = Record(), {}, []
-    for index, cell in enumerate(job["cells"]):
-        progress.write(f"{index}\n")
-        progress.flush()
-        if cell["kind"] == "code":
-            result = _run_cell(shell, cell["source"])
-            if result:
-                cell_errors[index] = result
-            continue
-        tampering += [e for e in restore_guarded(setup) + shell_tampering(shell, pristine)
-                      if e not in tampering]
-        record_checks(cell, shell.user_ns, record, setup.checks)
-    record.send(record_pipe, {"cell_errors": cell_errors, "tampering": tampering})
-    sys.stdout.flush()
-    sys.stderr.flush()
-    progress.write("done\n")
-    progress.flush()
 
 
 def _run_cell(shell: InteractiveShell, source: str) -> str | None:
@@ -249,11 +167,12 @@ def _run_cell(shell: InteractiveShell, source: str) -> str | None:
 
 def confine(job: dict, pipes: dict[int, int]) -> None:
     """In the forked process, before any student code: its own process group, stdin from
-    /dev/null, ``pipes`` (fd here -> write end) and no other descriptor, then the limits."""
+    /dev/null, ``pipes`` (fd here -> its end of a pipe) and no other descriptor, then the
+    limits."""
     os.setpgid(0, 0)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    above = {fd: fcntl.fcntl(write_end, fcntl.F_DUPFD, 10) for fd, write_end in pipes.items()}
-    for fd, copy in above.items():  # (a write end may itself sit on one of the target fds)
+    above = {fd: fcntl.fcntl(end, fcntl.F_DUPFD, 10) for fd, end in pipes.items()}
+    for fd, copy in above.items():  # (an end may itself sit on one of the target fds)
         os.dup2(copy, fd)
     os.closerange(max(pipes) + 1, os.sysconf("SC_OPEN_MAX"))
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -266,35 +185,130 @@ def confine(job: dict, pipes: dict[int, int]) -> None:
 
 # ---------------------------------------------------------------- the warm parent
 
-def serve(setup: Setup, jobs, answers) -> None:
-    """One answer per job: a JSON line, then the bytes of the files it lists, in order."""
-    for line in jobs:
-        if line.strip():
-            answer, files = supervise(json.loads(line), setup)
-            answer["files"] = {name: len(data) for name, data in files.items()}
-            answers.write(json.dumps(answer).encode() + b"\n" + b"".join(files.values()))
-            answers.flush()
+class Inbox:
+    """The grader's side of the pipes: framed messages read from ``fd`` as they come."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, b""
+
+    def fill(self) -> bool:
+        """Read what is there; False at end of file."""
+        chunk = os.read(self.fd, 1 << 20)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def message(self) -> bytes | None:
+        """One whole message (a JSON line and the bytes it announces), or None yet."""
+        if b"\n" not in self.buffer:
+            return None
+        line, rest = self.buffer.split(b"\n", 1)
+        size = json.loads(line).get("request", 0)
+        if len(rest) < size:
+            return None
+        self.buffer = rest[size:]
+        return line + b"\n" + rest[:size]
+
+    def wait(self) -> bytes | None:
+        """The next whole message, waiting for it; None at end of file."""
+        while (found := self.message()) is None:
+            select.select([self.fd], [], [])
+            if not self.fill():
+                return None
+        return found
 
 
-def supervise(job: dict, setup: Setup) -> tuple[dict, dict[str, bytes]]:
-    """Fork a process for ``job``, enforce its limits, say how it ended, collect what it sent."""
-    pipes = {fd: os.pipe() for fd in (OUTPUT_FD, PROGRESS_FD, RECORD_FD)}
+class ProtocolBroken(Exception):
+    """The student's process wrote to its channel what no honest runner writes."""
+
+
+class Channel:
+    """The student's process's channel, read as it comes: its waits, its replies and its last
+    words, each relayed to the grader once whole."""
+
+    def __init__(self, fd: int, limit: int, answers):
+        self.fd, self.limit, self.answers = fd, limit, answers
+        self.buffer, self.done = b"", None
+
+    def drain(self) -> bool:
+        """Read, relay whole messages; True when the grader now has something to answer."""
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            return False
+        self.buffer += chunk
+        relayed = False
+        while (message := self._message()) is not None:
+            relayed |= self._relay(*message)
+        return relayed
+
+    def _message(self) -> tuple[dict, bytes] | None:
+        if b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_HEADER:
+                raise ProtocolBroken("an endless line")
+            return None
+        line, rest = self.buffer.split(b"\n", 1)
+        try:
+            header = json.loads(line)
+            sizes = header.get("reply", [])
+            size = sum(sizes)
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            raise ProtocolBroken("a line that is not a message") from None
+        if any(type(n) is not int or n < 0 for n in sizes) or size > self.limit:
+            raise ProtocolBroken(f"a reply of {size:,} bytes (at most {self.limit:,})")
+        if len(rest) < size:
+            return None
+        self.buffer = rest[size:]
+        return header, rest[:size]
+
+    def _relay(self, header: dict, data: bytes) -> bool:
+        if set(header) == {"at"} and type(header["at"]) is str:
+            _answer(self.answers, {"event": "at", "grade_id": header["at"][:200]})
+            return True
+        if set(header) == {"reply"}:
+            _answer(self.answers, {"event": "reply", "sizes": header["reply"]}, data)
+            return True
+        if set(header) == {"done"} and type(header["done"]) is dict and self.done is None:
+            self.done = header["done"]
+            return False
+        raise ProtocolBroken("a message out of turn")
+
+
+def _answer(answers, header: dict, data: bytes = b"") -> None:
+    answers.write(json.dumps(header).encode() + b"\n" + data)
+    answers.flush()
+
+
+def serve(setup: Setup, inbox: Inbox, answers) -> None:
+    """One final answer per job: a JSON line, then the bytes of the files it lists."""
+    while (message := inbox.wait()) is not None:
+        job = json.loads(message)
+        answer, files = supervise(job, setup, inbox, answers)
+        answer["files"] = {name: len(data) for name, data in files.items()}
+        _answer(answers, answer, b"".join(files.values()))
+
+
+def supervise(job: dict, setup: Setup, inbox: Inbox, answers) -> tuple[dict, dict[str, bytes]]:
+    """Fork a process for ``job``, relay the grader's requests, enforce its limits, say how it
+    ended, collect its output."""
+    pipes = {fd: os.pipe() for fd in (OUTPUT_FD, PROGRESS_FD, CHANNEL_FD, REQUEST_FD)}
+    theirs = {fd: (read if fd == REQUEST_FD else write) for fd, (read, write) in pipes.items()}
     pid = os.fork()
     if pid == 0:  # the submission's process
         code = 0
         try:
-            writes = {fd: write for fd, (_, write) in pipes.items()}
-            confine(job, writes | {2: writes[OUTPUT_FD]})
-            run_submission(job, setup, os.fdopen(PROGRESS_FD, "w"), os.fdopen(RECORD_FD, "wb"))
+            confine(job, theirs | {2: theirs[OUTPUT_FD]})
+            run_submission(job, setup, os.fdopen(PROGRESS_FD, "w"),
+                           os.fdopen(CHANNEL_FD, "wb"), os.fdopen(REQUEST_FD, "rb"))
         except BaseException:  # noqa: BLE001 (any failure ends the process; the parent reports)
             code = 70
         os._exit(code)
-    for _, write in pipes.values():
-        os.close(write)
+    for end in theirs.values():
+        os.close(end)
     output = Stream(pipes[OUTPUT_FD][0], job["output_kept"])
-    record = Stream(pipes[RECORD_FD][0], job["record_limit"])
-    outcome = _watch(pid, pipes[PROGRESS_FD][0], (output, record), job)
-    os.close(pipes[PROGRESS_FD][0])
+    channel = Channel(pipes[CHANNEL_FD][0], job["record_limit"], answers)
+    outcome = _watch(pid, pipes[PROGRESS_FD][0], output, channel,
+                     Relay(inbox, pipes[REQUEST_FD][1]), job)
+    for fd in (pipes[PROGRESS_FD][0], pipes[CHANNEL_FD][0], pipes[REQUEST_FD][1]):
+        os.close(fd)
     _kill_group(pid)
     if setup.own_pid_namespace:
         _kill_strays()
@@ -302,15 +316,36 @@ def supervise(job: dict, setup: Setup) -> tuple[dict, dict[str, bytes]]:
     files = {"output.txt": output.finish()}
     if output.total > len(files["output.txt"]):
         files["output.txt"] += f"\n[output cut: {output.total:,} bytes in all]\n".encode()
-    observations = record.finish()
-    if outcome["status"] != "finished":
-        return outcome, files
-    if record.total > record.limit or b"\n" not in observations:
-        return {"status": "crashed", "reason": f"the kernel did not send what it observed (at "
-                f"most {record.limit:,} bytes); it sent {record.total:,}"}, files
-    meta, arrays = observations.split(b"\n", 1)
-    return outcome, files | {"observations.json": meta, "observations.npz": arrays}
+    if outcome["status"] == "finished" and channel.done is None:
+        outcome = {"status": "crashed", "reason": "the kernel ended without saying so"}
+    return outcome | {"cell_errors": _cell_errors(channel.done)}, files
 
+
+def _cell_errors(done: dict | None) -> dict[str, str]:
+    errors = (done or {}).get("cell_errors", {})
+    if type(errors) is not dict:
+        return {}
+    return {str(k)[:20]: str(v)[:2000] for k, v in list(errors.items())[:1000]}
+
+
+class Relay:
+    """The grader's requests, passed on to the student's process as they come."""
+
+    def __init__(self, inbox: Inbox, fd: int):
+        self.inbox, self.fd, self.pending = inbox, fd, b""
+        os.set_blocking(fd, False)
+
+    def take(self) -> None:
+        """Queue whole messages the grader has sent."""
+        while (message := self.inbox.message()) is not None:
+            self.pending += message
+
+    def push(self) -> None:
+        try:
+            written = os.write(self.fd, self.pending[:1 << 16])
+        except (BlockingIOError, BrokenPipeError):
+            return
+        self.pending = self.pending[written:]
 
 class Stream:
     """A pipe from the submission's process, read as it comes: the first ``limit`` bytes are
@@ -334,14 +369,32 @@ class Stream:
         return bytes(self.data)
 
 
-def _watch(pid: int, progress_fd: int, streams: tuple[Stream, ...], job: dict) -> dict:
+def _watch(pid: int, progress_fd: int, output: Stream, channel: Channel, relay: Relay,
+           job: dict) -> dict:
     started = cell_started = time.monotonic()
-    cell, done, interrupted, buffer = None, False, False, b""
+    cell, done, interrupted, waiting, buffer = None, False, False, False, b""
     while True:
-        ready, _, _ = select.select([progress_fd, *(s.fd for s in streams)], [], [], 0.05)
-        for stream in streams:
-            if stream.fd in ready:
-                stream.drain()
+        writing = [relay.fd] if relay.pending else []
+        ready, can_write, _ = select.select(
+            [progress_fd, output.fd, channel.fd, relay.inbox.fd], writing, [], 0.05)
+        if output.fd in ready:
+            output.drain()
+        if channel.fd in ready:
+            try:
+                waiting = channel.drain() or waiting
+            except ProtocolBroken as err:
+                _kill_group(pid)
+                return {"status": "crashed", "reason": f"the kernel broke the grading protocol "
+                                                       f"({err}) in cell {_n(cell)}"}
+        if relay.inbox.fd in ready:
+            if not relay.inbox.fill():
+                _kill_group(pid)
+                return {"status": "crashed", "reason": "the grader went away"}
+            relay.take()
+            if relay.pending:  # the grader answered: the cell's clock runs again
+                waiting, cell_started = False, time.monotonic()
+        if can_write:
+            relay.push()
         if progress_fd in ready:
             buffer += os.read(progress_fd, 4096)
             *lines, buffer = buffer.split(b"\n")
@@ -351,12 +404,16 @@ def _watch(pid: int, progress_fd: int, streams: tuple[Stream, ...], job: dict) -
                     cell, cell_started, interrupted = int(line), time.monotonic(), False
         finished, status = os.waitpid(pid, os.WNOHANG)
         if finished:
+            while channel.fd in select.select([channel.fd], [], [], 0)[0] and channel.drain():
+                pass  # its last words
             return _ended(status, done, cell)
         now = time.monotonic()
         if now - started > job["budget"]:
             _kill_group(pid)
             return {"status": "timed out", "reason": f"the submission ran past its budget of "
                                                      f"{job['budget']:g} s (in cell {_n(cell)})"}
+        if waiting:
+            continue
         if now - cell_started > job["cell_timeout"] + (GRACE_SECONDS if interrupted else 0):
             if interrupted:
                 _kill_group(pid)
@@ -434,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
     setup = prepare(options.scratch, options.package_root, options.own_pid_namespace)
     reset_scratch(setup.scratch)
     print(json.dumps({"ready": "attention_course"}), flush=True)
-    serve(setup, sys.stdin.buffer, sys.stdout.buffer)
+    serve(setup, Inbox(sys.stdin.fileno()), sys.stdout.buffer)
 
 
 if __name__ == "__main__":

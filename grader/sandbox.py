@@ -1,6 +1,7 @@
 """The sandbox student code runs in: bubblewrap (``bwrap``) around the grading runner.
 
-What a submission sees inside is the Python environment and the course package, read-only, the
+What a submission sees inside is the Python environment and the course package as its lesson's
+notebook may see it (``package``: no exercise reference of the lesson, no check), read-only, the
 runner's two files, and one private writable tmpfs of bounded size (home, temporary files,
 working directory), emptied between submissions. Nothing else of the machine: no network (its
 own empty network namespace), no other process (its own PID namespace, which dies with the
@@ -20,12 +21,13 @@ import attention_course
 
 GRADER = Path(__file__).parent
 RUNNER_FILES = ("runner.py", "confinement.py")
-INSIDE_RUNNER, INSIDE_SCRATCH = Path("/grader"), Path("/submission")  # paths in the sandbox
+# paths in the sandbox: the runner, the submission's scratch space, the lesson's package
+INSIDE_RUNNER, INSIDE_SCRATCH, INSIDE_PACKAGE = Path("/grader"), Path("/submission"), Path("/course")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # often links into /usr
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/fonts")
 SANDBOX_UID = 1000
 PYTHON = os.path.abspath(sys.executable)  # the environment's own, symlinks not followed
-PACKAGE = Path(attention_course.__file__).parent.resolve()  # the course package graded against
+PACKAGE = Path(attention_course.__file__).parent.resolve()  # the whole course package: hidden
 
 
 class SandboxUnavailable(Exception):
@@ -36,14 +38,15 @@ def bwrap() -> str:
     return os.environ.get("ATTENTION_COURSE_BWRAP") or shutil.which("bwrap") or "bwrap"
 
 
-def runner_command(disk: int) -> list[str]:
-    """The runner, started in a fresh sandbox whose private tmpfs holds ``disk`` bytes."""
+def runner_command(disk: int, package_root: Path) -> list[str]:
+    """The runner, started in a fresh sandbox whose private tmpfs holds ``disk`` bytes, with
+    the lesson's package from ``package_root`` (see ``package.build``)."""
     return sandboxed([PYTHON, "-I", str(INSIDE_RUNNER / "runner.py"),
-                      "--scratch", str(INSIDE_SCRATCH), "--package-root", str(PACKAGE.parent),
-                      "--own-pid-namespace"], disk)
+                      "--scratch", str(INSIDE_SCRATCH), "--package-root", str(INSIDE_PACKAGE),
+                      "--own-pid-namespace"], disk, package_root)
 
 
-def sandboxed(command: list[str], disk: int) -> list[str]:
+def sandboxed(command: list[str], disk: int, package_root: Path | None = None) -> list[str]:
     """``command`` wrapped in bubblewrap, seeing and reaching what the module docstring says."""
     isolation = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                  "--new-session", "--cap-drop", "ALL", "--uid", str(SANDBOX_UID),
@@ -57,16 +60,20 @@ def sandboxed(command: list[str], disk: int) -> list[str]:
              "--size", str(disk), "--tmpfs", str(INSIDE_SCRATCH)]
     if not any(tree.is_relative_to("/tmp") for tree in trees):  # else /tmp stays read-only
         files += ["--symlink", str(INSIDE_SCRATCH / "tmp"), "/tmp"]  # (TMPDIR is in scratch)
+    if any(PACKAGE.is_relative_to(tree) for tree in trees):  # installed inside the environment
+        files += ["--tmpfs", str(PACKAGE)]
     for name in RUNNER_FILES:
         files += ["--ro-bind", str(GRADER / name), str(INSIDE_RUNNER / name)]
+    if package_root is not None:
+        files += ["--ro-bind", str(package_root), str(INSIDE_PACKAGE)]
     files += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(INSIDE_SCRATCH)]
     return [bwrap(), *isolation, *environment, *files, "--", *command]
 
 
 def _python_trees() -> list[Path]:
-    """The interpreter, its environment and the course package; outermost first, no repeats."""
+    """The interpreter and its environment; outermost first, no repeats."""
     trees = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
-                   | {PACKAGE, Path(PYTHON).parent, Path(PYTHON).resolve().parent})
+                   | {Path(PYTHON).parent, Path(PYTHON).resolve().parent})
     usr = Path("/usr")
     outermost = []
     for tree in trees:
@@ -95,7 +102,8 @@ def _read_only_try(paths) -> list[str]:
 
 def check(disk: int) -> None:
     """Start one sandbox and confine a process in it, or raise SandboxUnavailable saying why."""
-    hidden = [tree for tree in _python_trees() for inside in (INSIDE_RUNNER, INSIDE_SCRATCH)
+    hidden = [tree for tree in _python_trees()
+              for inside in (INSIDE_RUNNER, INSIDE_SCRATCH, INSIDE_PACKAGE)
               if tree.is_relative_to(inside) or inside.is_relative_to(tree)]
     if hidden:
         raise SandboxUnavailable(f"the Python environment lies where the sandbox puts its own "

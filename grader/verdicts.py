@@ -1,65 +1,96 @@
-"""Points, decided in a process that never runs student code.
+"""Points, decided in the grader's own process, one graded cell at a time.
 
-The runner leaves, per submission, what the student's objects did on each check's seeded
-inputs: JSON metadata and plain arrays (loaded with ``allow_pickle=False``). Here the same
-checks the students run are replayed on those observations (``recording.replaying``): the same
-comparisons, the same named-mistake diagnosis and the same shortcut rule, but against a
-reference computed here. What happened inside the student's kernel (a patched
-``torch.allclose``, a check cell that printed "ok") decides nothing.
+When the student's process reaches a graded cell it waits. Here the cell's checks run exactly
+as in a student's check cell, with a ``Remote`` session: each check generates its cases here
+(its hidden seeds never exist in the student's process before the call), sends them as plain
+values (``checks.wire``), and the student's process only calls the student's code on them and
+sends back what it did (outputs, errors, gradients for the probe weights). The verdict (the
+comparison, the named-mistake diagnosis, the shortcut rule) is made here, against a reference
+computed here. Nothing the student's process runs can change a verdict; it can only answer.
 """
 
-import io
-import json
-import zipfile
+from collections.abc import Callable
 
-import numpy as np
+from attention_course.checks import CHECKS, wire
+from attention_course.checks.framework import SESSION, CheckFailed, Harnessed, Target, judge_all
+from attention_course.checks.observing import Observation
 
-from attention_course.checks import CHECKS
-from attention_course.checks.framework import CheckFailed
-from attention_course.checks.recording import from_arrays, replaying
-
-from .course import CheckCall, GradedCell, Lesson
+from .course import CheckCall, GradedCell
 from .results import ExerciseResult
 
-MAX_RECORD_BYTES = 64 * 2**20
+MAX_RECORD_BYTES = 64 * 2**20  # what the student's process may send back for one check
+
+Exchange = Callable[[bytes], list[bytes]]  # a request out, the replies (one per case) back
 
 
 class Unreadable(Exception):
-    """The runner's record is missing or malformed."""
+    """The student's process answered with something that is not a record of observations."""
 
 
-def read_record(files: dict[str, bytes]) -> tuple[dict, list]:
-    """The runner's metadata and observations, checked for size and shape."""
-    meta, arrays = files.get("observations.json"), files.get("observations.npz")
-    if meta is None or arrays is None:
-        raise Unreadable("the kernel ended without leaving its observations")
-    if len(meta) + len(arrays) > MAX_RECORD_BYTES:
-        raise Unreadable("the observations are implausibly large")
+class ExchangeFailed(Exception):
+    """No reply came: the student's process ended, or the runner stopped answering."""
+
+
+class Remote:
+    """A check session that observes in the student's process and judges here."""
+
+    def __init__(self, exchange: Exchange):
+        self.exchange = exchange
+
+    def run(self, exercise, student, cases, reference, reference_parameters) -> None:
+        request = {"inputs": list(exercise.inputs),
+                   "forbidden": sorted(exercise.forbidden.builtin_names),
+                   "student": describe(student),
+                   "cases": [{"description": c.description, "args": tuple(c.args),
+                              "kwargs": dict(c.kwargs), "grad": c.grad} for c in cases]}
+        replies = self.exchange(wire.dumps(request))
+        if len(replies) != len(cases):
+            raise Unreadable(f"{len(replies)} replies for {len(cases)} cases")
+        seen = [observation(reply) for reply in replies]
+        judge_all(exercise, cases, seen, reference, reference_parameters)
+
+
+def describe(student) -> dict:
+    """What the student's process calls: a target by name, or a harness around targets."""
+    if isinstance(student, Target):
+        return {"harness": None, "args": [{"target": student.name}]}
+    if isinstance(student, Harnessed):
+        return {"harness": student.function.__name__,
+                "args": [{"target": a.name} if isinstance(a, Target) else a
+                         for a in student.args]}
+    raise TypeError(f"a check passed {type(student).__name__} as the student's side: under the "
+                    f"grader it must be a Target or a Harnessed")
+
+
+def observation(reply: bytes) -> Observation:
+    """One case's reply as an Observation; Unreadable for anything malformed."""
     try:
-        data = json.loads(meta)
-        with np.load(io.BytesIO(arrays), allow_pickle=False) as loaded:
-            observations = from_arrays(data["observations"], loaded)
-        entries = list(data["entries"])
-    except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as err:
-        raise Unreadable(f"the observations are malformed ({type(err).__name__})") from None
-    return data, [(entry, observations[entry["first"]:entry["first"] + entry["count"]])
-                  for entry in entries]
+        fields = wire.loads(reply)
+    except wire.Malformed as err:
+        raise Unreadable(str(err)) from None
+    if type(fields) is not dict or set(fields) != set(vars(Observation())):
+        raise Unreadable("a reply is not an observation")
+    outputs, error, grads = fields["outputs"], fields["error"], fields["grads"]
+    if not (outputs is None or type(outputs) is tuple) or not (error is None or type(error) is str) \
+            or type(grads) is not dict \
+            or any(type(x) is not list or any(type(s) is not str for s in x)
+                   for x in (fields["shortcuts"], fields["modified_inputs"])):
+        raise Unreadable("an observation has fields of the wrong types")
+    return Observation(**fields)
 
 
-def judge_lesson(lesson: Lesson, recorded: list) -> list[ExerciseResult]:
-    """One result per graded cell of ``lesson``, from the runner's record."""
-    return [judge_cell(cell, [(e, o) for e, o in recorded if e.get("grade_id") == cell.grade_id])
-            for cell in lesson.cells]
-
-
-def judge_cell(cell: GradedCell, recorded: list) -> ExerciseResult:
+def judge_cell(cell: GradedCell, exchange: Exchange) -> ExerciseResult:
+    """Run the cell's checks against the student's process behind ``exchange``."""
+    token = SESSION.set(Remote(exchange))
     try:
         for call in cell.calls:
-            _judge_call(call, recorded)
+            _judge_call(call)
     except CheckFailed as failure:
         return exercise_result(cell, False, str(failure), failure.mistake)
     except AssertionError as failure:
         return exercise_result(cell, False, str(failure))
+    finally:
+        SESSION.reset(token)
     return exercise_result(cell, True, f"ok: {cell.grade_id.removeprefix('check_')} passed")
 
 
@@ -69,24 +100,11 @@ def exercise_result(cell: GradedCell, passed: bool, message: str,
                           message, mistake)
 
 
-def _judge_call(call: CheckCall, recorded: list) -> None:
-    """Replay one check call on what the runner recorded for it: the student's objects are
-    never needed (each check builds what is the student's only when observing)."""
-    what = ", ".join(call.targets)
-    found = [(e, o) for e, o in recorded
-             if (e.get("check"), e.get("targets"), e.get("seed"))
-             == (call.check, list(call.targets), call.seed)]
-    if not found:
-        raise AssertionError(f"{what}: the grader could not observe it (the kernel never "
-                             f"reached this check)")
-    entry, observations = found[0]
-    if entry.get("error"):
-        raise AssertionError(f"{what}: {entry['error']}")
+def _judge_call(call: CheckCall) -> None:
     try:
-        with replaying(observations):
-            CHECKS[call.check](*(None for _ in call.targets), seed=call.seed)
-    except AssertionError:
+        CHECKS[call.check](*(Target(name) for name in call.targets), seed=call.seed)
+    except (AssertionError, Unreadable, ExchangeFailed):
         raise
-    except Exception as err:  # recorded values the checks cannot even compare
-        raise AssertionError(f"{what}: its results could not be judged "
+    except Exception as err:  # answers the checks cannot even compare
+        raise AssertionError(f"{', '.join(call.targets)}: its results could not be judged "
                              f"({type(err).__name__}: {err})") from None

@@ -1,7 +1,7 @@
 """The machinery behind every check.
 
-A check runs the student's function on seeded cases (``observe``: the only step that runs
-student code), then judges what came back against the reference (``judge``: pure, trusted), or
+A check runs the student's function on seeded cases (``observing.observe``: the only step that
+runs student code), then judges what came back against the reference (``judge``: pure, trusted), or
 by a rule when no reference output exists (``Exercise.assess``: a trained model's accuracy).
 When an output is wrong, ``diagnose`` recomputes the exercise's known wrong variants (each
 catalogued mistake alone, then pairs of them) and names the one the student's output matches.
@@ -16,12 +16,14 @@ import itertools
 import os
 import traceback
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from .shortcuts import Forbidden, watch_calls
+from .observing import Case, Observation, as_tuple, clone, detach, observe
+from .shortcuts import Forbidden
 
 CHECKS_FOLDER = os.path.dirname(os.path.abspath(__file__))  # the checker's own frames
 TOLERANCES = {torch.float64: (1e-7, 1e-10)}
@@ -43,16 +45,6 @@ class Mistake:
 
 
 @dataclass
-class Case:
-    """One test input: what it exercises, in words, and the arguments."""
-
-    description: str
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-    grad: bool = False  # also check that gradients flow back to the float inputs
-
-
-@dataclass
 class Exercise:
     """Everything a check needs to know about one practice function."""
 
@@ -67,69 +59,37 @@ class Exercise:
 
 
 @dataclass
-class Observation:
-    """What the student's code did on one case: plain tensors and strings, no code."""
-
-    outputs: tuple | None = None
-    error: str | None = None  # "NotImplementedError" or "TypeError: ..." if it raised
-    shortcuts: list[str] = field(default_factory=list)
-    modified_inputs: list[str] = field(default_factory=list)
-    grads: dict[str, Tensor | None] = field(default_factory=dict)
-
-
-@dataclass
 class Verdict:
     ok: bool
     message: str = ""
     mistake: str | None = None
 
 
-# ---------------------------------------------------------------- running the student's code
+# ---------------------------------------------------------------- the student's side
 
-def observe(exercise: Exercise, student: Callable, case: Case,
-            parameters: Callable[[], dict[str, Tensor]] | None = None) -> Observation:
-    """Run ``student`` on ``case`` and record its outputs, errors, shortcuts and gradients
-    (with respect to the float inputs and to ``parameters()``, when the case asks for them)."""
-    args = _clone(case.args, grad=case.grad)
-    snapshot = _clone(args, grad=False)
-    observation = Observation()
-    try:
-        with watch_calls(exercise.forbidden, observation.shortcuts):
-            result = student(*args, **case.kwargs)
-    except NotImplementedError:
-        observation.error = "NotImplementedError"
-        return observation
-    except Exception as err:  # the student's bug, reported in words
-        observation.error = f"{type(err).__name__}: {err}"
-        return observation
-    observation.outputs = _as_tuple(result)
-    observation.modified_inputs = [
-        name for name, a, b in zip(exercise.inputs, args, snapshot, strict=False)
-        if isinstance(a, Tensor) and not torch.equal(a.detach().nan_to_num(), b.nan_to_num())]
-    if case.grad:
-        targets = {name: a for name, a in zip(exercise.inputs, args, strict=False)
-                   if isinstance(a, Tensor) and a.requires_grad}
-        observation.grads = _gradients(observation.outputs,
-                                       targets | (parameters() if parameters else {}))
-    observation.outputs = tuple(_detach(o) for o in observation.outputs)
-    return observation
+class Target:
+    """Stands in for one of the student's objects, by name, where it does not exist: in the
+    grader's own process, which judges what the student's process observed."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Target({self.name!r})"
 
 
-def _gradients(outputs: tuple, targets: dict[str, Tensor]) -> dict[str, Tensor | None]:
-    differentiable = [o for o in outputs if isinstance(o, Tensor) and o.requires_grad]
-    if not differentiable:
-        return {name: None for name in targets}
-    # entries that are not finite (-inf where a mask hides a score) have no meaningful
-    # gradient: scores + (-inf) and scores.masked_fill(hidden, -inf) are both right
-    loss = sum((o.where(o.isfinite(), 0.0) * _probe_weights(o)).sum() for o in differentiable)
-    grads = torch.autograd.grad(loss, list(targets.values()), allow_unused=True)
-    return dict(zip(targets, grads, strict=True))
+@dataclass(frozen=True)
+class Harnessed:
+    """What is called on each case when it is more than the student's function itself: a
+    function of ``checks.harness`` applied to the student's objects and plain values (e.g. the
+    student's class built with the reference's weights). It is built where the student's code
+    runs; it may offer ``probe_parameters()`` for the gradient checks."""
 
+    function: Callable
+    args: tuple = ()
 
-def _probe_weights(output: Tensor) -> Tensor:
-    """Fixed random weights, so the gradient of sum(weights * output) checks every entry."""
-    generator = torch.Generator().manual_seed(1234)
-    return torch.rand(output.shape, generator=generator, dtype=output.dtype)
+    def build(self) -> Callable:
+        return self.function(*self.args)
 
 
 # ---------------------------------------------------------------- judging, no student code
@@ -270,11 +230,11 @@ def _shows_sign(mistake: Mistake, got: tuple, expected: tuple) -> bool:
 
 def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple) -> bool:
     try:
-        wrong = _as_tuple(exercise.variant(*_clone(case.args), **case.kwargs, **knobs))
+        wrong = as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
     except Exception:  # this variant cannot even run on this case
         return False
     return len(wrong) == len(got) and all(
-        isinstance(g, Tensor) and matches(g, _detach(w)) for g, w in zip(got, wrong, strict=True))
+        isinstance(g, Tensor) and matches(g, detach(w)) for g, w in zip(got, wrong, strict=True))
 
 
 def _explain(exercise: Exercise, case: Case, observation: Observation, expected: Observation,
@@ -291,21 +251,24 @@ def _explain(exercise: Exercise, case: Case, observation: Observation, expected:
 
 # ---------------------------------------------------------------- running a whole check
 
-def run_check(exercise: Exercise, student: Callable, cases: list[Case],
-              student_parameters: Callable[[], dict] | None = None,
+def run_check(exercise: Exercise, student: Callable | Harnessed | Target, cases: list[Case],
               reference: Callable | None = None,
               reference_parameters: Callable[[], dict] | None = None) -> None:
     """Judge ``student`` on every case; print one line on success, raise AssertionError else.
 
-    Under the grader (see ``recording``), observing and judging happen in different processes:
-    the judging one never calls ``student`` nor ``student_parameters``, so a check builds
-    everything of the student's (a module, a model) inside them, never before.
+    Under the grader a session observes in the student's process and judges here (see
+    ``grader/verdicts.py``): ``student`` is then a ``Target`` or ``Harnessed`` of targets, so a
+    check describes everything of the student's (a module, a model) as ``Harnessed``, never
+    builds it itself.
     """
-    if _session is not None:
-        _session.run(exercise, student, cases, student_parameters, reference,
-                     reference_parameters)
+    session = SESSION.get()
+    if session is not None:
+        session.run(exercise, student, cases, reference, reference_parameters)
         return
-    seen = [observe(exercise, student, case, student_parameters) for case in cases]
+    built = student.build() if isinstance(student, Harnessed) else student
+    parameters = getattr(built, "probe_parameters", None)
+    seen = [observe(exercise.inputs, exercise.forbidden, built, case, parameters)
+            for case in cases]
     judge_all(exercise, cases, seen, reference, reference_parameters)
     print(f"ok: {exercise.name} passed {len(cases)} check{'s' * (len(cases) != 1)}")
 
@@ -318,7 +281,7 @@ def judge_all(exercise: Exercise, cases: list[Case], seen: list[Observation],
     answered = [(case, o) for case, o in zip(cases, seen, strict=True) if o.outputs is not None]
     for case, observation in zip(cases, seen, strict=True):
         expected = (None if exercise.assess else
-                    observe(_trusted(exercise), reference, case, reference_parameters))
+                    observe(exercise.inputs, Forbidden(), reference, case, reference_parameters))
         others = [(c, o) for c, o in answered if c is not case]
         verdict = judge(exercise, case, observation, expected, others)
         if not verdict.ok:
@@ -341,33 +304,11 @@ class CheckFailed(AssertionError):
         return [*cell, f"{type(self).__name__}: {self}"]
 
 
-# The grader's recording or replaying session, when one is active (see ``recording``).
-_session = None
-
-
-def _trusted(exercise: Exercise) -> Exercise:
-    """The same exercise with no forbidden calls: the reference may call what it likes."""
-    return Exercise(exercise.name, exercise.reference, exercise.inputs, exercise.outputs)
+# The grader's session, when one is active in this thread (see ``grader/verdicts.py``).
+SESSION: ContextVar = ContextVar("attention_course_check_session", default=None)
 
 
 # ---------------------------------------------------------------- small helpers
-
-def _clone(args: tuple, grad: bool = False) -> tuple:
-    def copy(a):
-        if not isinstance(a, Tensor):
-            return a
-        a = a.detach().clone()
-        return a.requires_grad_() if grad and a.is_floating_point() else a
-    return tuple(copy(a) for a in args)
-
-
-def _as_tuple(result) -> tuple:
-    return tuple(result) if isinstance(result, tuple | list) else (result,)
-
-
-def _detach(x):
-    return x.detach() if isinstance(x, Tensor) else x
-
 
 def _describe(exercise: Exercise, case: Case) -> str:
     named = list(zip(exercise.inputs, case.args, strict=False)) + list(case.kwargs.items())

@@ -1,14 +1,24 @@
 """Checks for lesson 04_multi_head: splitting and merging heads, MultiHeadAttention.forward."""
 
 import copy
-import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import attention, masks, multihead
-from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .. import masks, multihead
+from . import harness
+from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
+from .lesson03 import (
+    CAUSAL_IGNORED_WITH_MASK,
+    EMPTY_ROWS_NAN,
+    FLOAT_MASK_AS_BOOL,
+    FLOAT_MASK_IGNORED,
+    LARGE_NEGATIVE,
+    LARGE_NEGATIVE_HINT,
+    _empty_rows_filled,
+    masked_attention_variant,
+)
 from .shortcuts import forbid
 
 # ---------------------------------------------------------------- split and merge heads
@@ -94,15 +104,15 @@ def check_merge_heads(fn, seed: int = 0) -> None:
 
 def mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
                 split="transpose", merge="transpose", scale="d_head", project_output=True,
-                swap_kv=False, causal=True, use_mask=True):
+                swap_kv=False, **masking):
+    """``masking``: how the masks are applied, as in lesson 03's masked attention."""
     H, C = module.n_heads, module.d_model
     k_proj, v_proj = (module.v_proj, module.k_proj) if swap_kv else (module.k_proj, module.v_proj)
     q = split_variant(module.q_proj(query), H, method=split)  # (B, T, C) -> (B, H, T, D)
     k = split_variant(k_proj(key), H, method=split)
     v = split_variant(v_proj(value), H, method=split)
     factor = (C // H) ** -0.5 if scale == "d_head" else C ** -0.5
-    out, weights = attention.scaled_dot_product_attention(
-        q, k, v, attn_mask if use_mask else None, is_causal=is_causal and causal, scale=factor)
+    out, weights = masked_attention_variant(q, k, v, attn_mask, is_causal, factor, **masking)
     out = merge_variant(out, method=merge)  # (B, H, T, D) -> (B, T, C)
     return (module.out_proj(out) if project_output else out), weights
 
@@ -137,9 +147,13 @@ MHA_MISTAKES = (
             "Keys come from self.k_proj(key) and values from self.v_proj(value).",
             {"swap_kv": True}),
     Mistake("is_causal not passed on",
-            "Pass is_causal on to the attention function.", {"causal": False}),
+            "Pass is_causal on to the attention function: with is_causal=True query t must not "
+            "see the keys after t.", {"causal": "ignored"}),
+    CAUSAL_IGNORED_WITH_MASK,
     Mistake("attn_mask not passed on",
             "Pass attn_mask on to the attention function.", {"use_mask": False}),
+    FLOAT_MASK_AS_BOOL, FLOAT_MASK_IGNORED, EMPTY_ROWS_NAN,
+    Mistake(LARGE_NEGATIVE, LARGE_NEGATIVE_HINT, sign=_empty_rows_filled),
     DROPOUT_IN_EVAL_MODE,
 )
 
@@ -158,12 +172,6 @@ def check_multi_head_attention(cls, seed: int = 0) -> None:
     torch.manual_seed(seed)
     reference = multihead.MultiHeadAttention(12, 3).eval()
     references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
-
-    @functools.cache
-    def students() -> dict:  # built when first observed: never while judging under the grader
-        student = _student_module(cls, reference)
-        return {torch.float32: student, torch.float64: copy.deepcopy(student).double()}
-
     exercise = Exercise(
         name="MultiHeadAttention.forward",
         reference=lambda q, k, v, **kw: references[q.dtype](q, k, v, **kw),
@@ -173,36 +181,36 @@ def check_multi_head_attention(cls, seed: int = 0) -> None:
         mistakes=MHA_MISTAKES,
         forbidden=_forbidden_mha(),
     )
-    run_check(exercise, lambda q, k, v, **kw: students()[q.dtype](q, k, v, **kw),
-              _mha_cases(seed),
-              student_parameters=lambda: dict(students()[torch.float64].named_parameters()),
+    # in eval mode with dropout 0.5: in eval mode dropout must do nothing
+    init = {"d_model": reference.d_model, "n_heads": reference.n_heads, "dropout": 0.5}
+    student = Harnessed(harness.ModuleUnderTest, (cls, init, dict(reference.state_dict())))
+    run_check(exercise, student, _mha_cases(seed),
               reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
-
-
-def _student_module(cls, reference: nn.Module) -> nn.Module:
-    """The student's module with the reference's weights, in eval mode with dropout 0.5: in eval
-    mode dropout must do nothing."""
-    try:
-        student = cls(reference.d_model, reference.n_heads, dropout=0.5)
-        student.load_state_dict(reference.state_dict())
-    except Exception as err:
-        raise AssertionError(
-            f"MultiHeadAttention: could not build your module and load the reference weights "
-            f"({type(err).__name__}: {err}). Keep the constructor as given: it defines "
-            f"q_proj, k_proj, v_proj and out_proj.") from None
-    return student.eval()
 
 
 def _mha_cases(seed: int) -> list[Case]:
     g = seeded(seed)
     x = randn(2, 5, 12, generator=g)
     memory = randn(2, 7, 12, generator=g)
+    additive = randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1, float("-inf"))
+    additive[:, 0] = 0.0  # every query keeps key 0; a 0 keeps a position, it does not hide it
+    with_empty_row = randn(5, 7, generator=g) < 1
+    with_empty_row[:, 0] = True
+    with_empty_row[2] = False
+    padding = masks.padding_mask(torch.tensor([7, 4]), 7)
     return [
         Case("self-attention, B, T, C = 2, 5, 12 with H = 3 heads", (x, x, x)),
         Case("cross-attention: T = 5 queries, S = 7 keys and values", (x, memory, memory)),
         Case("causal self-attention", (x, x, x), {"is_causal": True}),
         Case("a (B, 1, 1, S) padding mask, lengths 7 and 4", (x, memory, memory),
-             {"attn_mask": masks.padding_mask(torch.tensor([7, 4]), 7)}),
+             {"attn_mask": padding}),
         Case("float64, with gradients for the inputs and every parameter",
              (x.double(), memory.double(), memory.double()), grad=True),
+        Case("a (T, S) float mask added to the scores, some entries -inf", (x, memory, memory),
+             {"attn_mask": additive}),
+        Case("a (T, S) bool mask whose query 2 may attend to nothing, float64, with gradients",
+             (x.double(), memory.double(), memory.double()), {"attn_mask": with_empty_row},
+             grad=True),
+        Case("is_causal=True together with a padding mask (both apply), T = 5, S = 7",
+             (x, memory, memory), {"attn_mask": padding, "is_causal": True}),
     ]

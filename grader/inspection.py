@@ -1,0 +1,184 @@
+"""What the grader can see for itself in a submission's source, flagged for a human.
+
+The source is parsed here, in the trusted process, never run. Points do not depend on it (the
+checks decide them); a flag says where a human should look: code that reaches the grader's or
+the checks' internals, tracing and profiling hooks, ``gc``, ``ctypes``, threads, raw file
+descriptors, torch's internals (``torch.ops``, ``torch._C``, TorchScript), the PyTorch built-in
+an exercise asks the student to write, and an answer that is the course's reference with the
+names changed. Only the student's own code is read: cells whose source differs from the
+released notebook's.
+"""
+
+import ast
+import difflib
+import functools
+import importlib
+import inspect
+import textwrap
+
+import nbformat
+from IPython.core.inputtransformer2 import TransformerManager
+
+from attention_course import lessons
+from attention_course.checks import CHECKS
+
+from .course import Lesson
+from .submissions import released_source
+
+HOOKS = {  # dotted name (or its start) -> why it is flagged
+    "sys.settrace": "a tracing hook", "sys.setprofile": "a profiling hook",
+    "threading.settrace": "a tracing hook", "threading.setprofile": "a profiling hook",
+    "sys.monitoring": "a tracing hook", "sys._getframe": "frame access",
+    "inspect.currentframe": "frame access", "inspect.stack": "frame access",
+    "sys.modules": "the interpreter's module table", "gc": "the garbage collector",
+    "ctypes": "raw memory access", "threading": "a thread", "_thread": "a thread",
+    "multiprocessing": "a process", "concurrent": "a thread pool", "signal": "signal handlers",
+    "os.write": "a raw file descriptor", "os.read": "a raw file descriptor",
+    "os.fdopen": "a raw file descriptor", "os.dup": "a raw file descriptor",
+    "os.dup2": "a raw file descriptor", "os.kill": "signals to processes",
+    "torch.ops": "torch's operator internals", "torch._C": "torch's C internals",
+    "torch.jit": "TorchScript", "builtins": "the interpreter's built-ins",
+    "grader": "the grader's code", "attention_course.checks": "the checks' internals",
+}
+SIMILAR = 0.92  # token similarity above which an answer counts as the reference renamed
+SHORTEST_COMPARED = 12  # answers shorter than this many tokens look alike when right
+
+
+def inspect_submission(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[str]:
+    """Flags for a human, from the student's own cells of ``notebook``."""
+    released = released_source(lesson.name)
+    flags = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or cell.source in released:
+            continue
+        tree = _parse(cell.source)
+        if tree is not None:
+            flags += [flag for flag in _flags(tree, lesson) if flag not in flags]
+    return flags
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(TransformerManager().transform_cell(source))
+    except (SyntaxError, ValueError):
+        return None  # the kernel reports it; there is nothing to read
+
+
+def _flags(tree: ast.Module, lesson: Lesson) -> list[str]:
+    builtins = _exercise_builtins(lesson)
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child.parent = node
+    flags = []
+    for node in ast.walk(tree):
+        for name in _names(node):
+            why = next((w for hook, w in HOOKS.items()
+                        if name == hook or name.startswith(hook + ".")), None)
+            if why and not _is_check_import(node):
+                flags.append(f"uses {name} ({why})")
+            elif name.rsplit(".", 1)[-1] in builtins and "." in name:
+                flags.append(f"calls {name}, the built-in an exercise of this lesson asks "
+                             f"the student to write")
+        if isinstance(node, ast.Call) and _is_name(node.func, "open") and node.args \
+                and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is int:
+            flags.append("opens a raw file descriptor")
+        if isinstance(node, ast.FunctionDef):
+            flags += _copied(node, lesson)
+    return flags
+
+
+def _names(node: ast.AST) -> list[str]:
+    """Dotted names ``node`` imports or spells out (``torch.ops.aten``, ``sys.settrace``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [f"{node.module}.{alias.name}" for alias in node.names]
+    if isinstance(node, ast.Attribute) and not isinstance(getattr(node, "parent", None),
+                                                          ast.Attribute):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            return [".".join([node.id, *reversed(parts)])]
+    return []
+
+
+def _is_check_import(node: ast.AST) -> bool:
+    """``from attention_course.checks import check_x``: what every check cell does."""
+    return (isinstance(node, ast.ImportFrom) and node.module == "attention_course.checks"
+            and all(alias.name in CHECKS or alias.name == "check_prediction"
+                    for alias in node.names))
+
+
+def _is_name(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+@functools.cache
+def _exercise_builtins(lesson: Lesson) -> set[str]:
+    """The torch built-ins the lesson's exercises may not call (their shortcut rule)."""
+    names = set()
+    for cell in lesson.cells:
+        for call in cell.calls:
+            module = importlib.import_module(CHECKS[call.check].__module__)
+            names |= {name for value in vars(module).values()
+                      if hasattr(value, "forbidden") and hasattr(value.forbidden, "builtin_names")
+                      for name in value.forbidden.builtin_names}
+    return names
+
+
+# ---------------------------------------------------------------- answers copied from the reference
+
+def _copied(definition: ast.FunctionDef, lesson: Lesson) -> list[str]:
+    """A flag if ``definition`` is the lesson's reference of the same name, renamed (for a
+    class the student completes, its ``forward``)."""
+    owner = getattr(definition, "parent", None)
+    name = f"{owner.name}.{definition.name}" if isinstance(owner, ast.ClassDef) \
+        else definition.name
+    reference = _reference_tokens(lesson.name).get(name)
+    if reference is None:
+        return []
+    mine = _tokens(definition)
+    if len(mine) < SHORTEST_COMPARED:
+        return []
+    similarity = difflib.SequenceMatcher(None, mine, reference, autojunk=False).ratio()
+    if similarity < SIMILAR:
+        return []
+    return [f"{name} is the course's reference with the names changed "
+            f"(similarity {similarity:.2f})"]
+
+
+@functools.cache
+def _reference_tokens(lesson: str) -> dict[str, list[str]]:
+    """Name the student writes -> tokens of its reference (a class's ``forward``)."""
+    found = {}
+    for practice in lessons.lesson(lesson).practice:
+        if practice.reference:
+            module, _, name = practice.reference.partition(".")
+            obj = getattr(importlib.import_module(f"attention_course.{module}"), name)
+            if inspect.isclass(obj):
+                obj, name = obj.forward, f"{name}.forward"
+            tree = ast.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
+            found[name] = _tokens(tree)
+    return found
+
+
+def _tokens(definition: ast.AST) -> list[str]:
+    """The definition's body as node kinds and constants, names numbered in order of
+    appearance, docstrings left out: renaming variables does not change it."""
+    numbers: dict[str, str] = {}
+    tokens = []
+    for node in ast.walk(definition):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            continue
+        tokens.append(type(node).__name__)
+        name = getattr(node, "id", None) or getattr(node, "arg", None)
+        if isinstance(name, str):
+            tokens.append(numbers.setdefault(name, f"v{len(numbers)}"))
+        elif isinstance(node, ast.Attribute):
+            tokens.append(node.attr)
+        elif isinstance(node, ast.Constant) and not isinstance(node.value, str):
+            tokens.append(repr(node.value))
+    return tokens
