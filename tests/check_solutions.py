@@ -322,7 +322,8 @@ class MHAByEinsum(StudentMHA):
             scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), NEG_INF)
         if attn_mask is not None:
             scores = scores + additive(attn_mask, scores.dtype)
-        weights = torch.softmax(scores, dim=-1)
+        sees = ~scores.isneginf().all(dim=-1, keepdim=True)  # False where a query sees no key
+        weights = torch.softmax(scores.where(sees, 0.0), dim=-1) * sees
         out = torch.einsum("bhts,bshd->bthd", weights, v).flatten(-2)
         return self.out_proj(out), weights
 

@@ -117,6 +117,34 @@ class MHADroppingOutInEvalMode(StudentMHA):
         return self.out_proj(out.transpose(1, 2).flatten(-2)), weights
 
 
+class MHAByEinsumFilling(StudentMHA):
+    """Einsum over (B, T, H, D) heads; hidden scores filled with ``fill``, as in many tutorials.
+    With ``float_masks_as_bool``, every mask is read as "0 = hidden" (masked_fill(mask == 0))."""
+
+    fill = -1e9
+    float_masks_as_bool = False
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        H, D = self.n_heads, self.d_head
+        q, k, v = (p(x).unflatten(-1, (H, D)) for p, x in
+                   ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D)
+        T, S = scores.shape[-2:]
+        if is_causal:
+            scores = scores.masked_fill(torch.ones(T, S).tril() == 0, self.fill)
+        if attn_mask is not None and (attn_mask.dtype == torch.bool or self.float_masks_as_bool):
+            scores = scores.masked_fill(attn_mask == 0, self.fill)
+        elif attn_mask is not None:
+            scores = scores + attn_mask
+        weights = torch.softmax(scores, dim=-1)
+        return self.out_proj(torch.einsum("bhts,bshd->bthd", weights, v).flatten(-2)), weights
+
+
+class MHAReadingEveryMaskAsBool(MHAByEinsumFilling):
+    fill = -1e20
+    float_masks_as_bool = True
+
+
 SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their function}
     ("apply_mask", lesson03.LARGE_NEGATIVE): {
         "fill -1e4": apply_mask_filling(-1e4), "fill -1e9": apply_mask_filling(-1e9)},
@@ -124,6 +152,7 @@ SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their functio
         "fill -1e9": masked_attention_filling(-1e9), "fill -1e4": masked_attention_filling(-1e4)},
     ("multi_head_attention", lesson04.DROPOUT_IN_EVAL_MODE.name): {
         "dropout_p=self.dropout": MHADroppingOutInEvalMode},
+    ("multi_head_attention", lesson03.LARGE_NEGATIVE): {"fill -1e9": MHAByEinsumFilling},
 }
 SIGN_MISTAKES = [
     pytest.param(name, mistake.name, student, id=f"{name}-{mistake.name}-{label}")
@@ -154,6 +183,16 @@ def attention_softmax_over_queries(query, key, value, scale=None):
 def softmax_without_max(x, dim=-1):
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def softmax_on_the_last_axis(x, dim=-1):
+    exps = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+    return exps / exps.sum(dim=-1, keepdim=True)
+
+
+def softmax_max_on_the_last_axis(x, dim=-1):
+    exps = torch.exp(x - x.amax(-1, keepdim=True))
+    return exps / exps.sum(dim, keepdim=True)
 
 
 def softmax_over_everything(x, dim=-1):
@@ -245,6 +284,29 @@ def masked_attention_without_causal(query, key, value, attn_mask=None, is_causal
     return masked_attention_additive(query, key, value, attn_mask, scale=scale)
 
 
+def apply_every_mask_as_bool(scores, attn_mask):
+    return scores if attn_mask is None else scores.masked_fill(attn_mask == 0, float("-inf"))
+
+
+def masked_attention_fixed_scale(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    return masked_attention_additive(query, key, value, attn_mask, is_causal)
+
+
+def masked_attention_causal_or_mask(query, key, value, attn_mask=None, is_causal=False,
+                                    scale=None):
+    if attn_mask is None and is_causal:
+        T, S = query.shape[-2], key.shape[-2]
+        attn_mask = torch.ones(T, S, dtype=torch.bool).tril()
+    return masked_attention_additive(query, key, value, attn_mask, scale=scale)
+
+
+def masked_attention_float_as_bool(query, key, value, attn_mask=None, is_causal=False,
+                                   scale=None):
+    if attn_mask is not None and attn_mask.is_floating_point():
+        attn_mask = attn_mask != 0
+    return masked_attention_additive(query, key, value, attn_mask, is_causal, scale)
+
+
 def mha_mask_unchanged(attn_mask):
     return attn_mask
 
@@ -302,6 +364,23 @@ class MHASwappedKeyValue(MHAHandWritten):
 class MHAIgnoringCausal(MHAHandWritten):
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         return super().forward(query, key, value, attn_mask)
+
+
+class MHACausalOnlyWithoutMask(MHAHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        if attn_mask is not None:
+            return super().forward(query, key, value, attn_mask)
+        return super().forward(query, key, value, None, is_causal)
+
+
+class MHAIgnoringFloatMasks(MHAHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        bool_mask = attn_mask if attn_mask is not None and attn_mask.dtype == torch.bool else None
+        return super().forward(query, key, value, bool_mask, is_causal)
+
+
+class MHAWithNaNRows(MHAByEinsumFilling):
+    fill = float("-inf")
 
 
 def loss_over_every_position(logits, targets, loss_mask):
@@ -374,6 +453,9 @@ STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must
     attention_softmax_over_queries: ("scaled_dot_product_attention",
                                      ["softmax over the query axis"]),
     softmax_without_max: ("softmax", ["no max-subtraction (exp overflows on large logits)"]),
+    softmax_on_the_last_axis: ("softmax", ["ignores the dim argument (always the last axis)"]),
+    softmax_max_on_the_last_axis: ("softmax",
+                                   ["max taken over the last axis instead of along dim"]),
     softmax_over_everything: ("softmax", ["max over the whole tensor instead of along dim",
                                           "sum over the whole tensor instead of along dim"]),
     scores_keys_times_queries: ("attention_scores", ["scores transposed (keys x queries)"]),
@@ -396,6 +478,11 @@ STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must
     masked_attention_multiplying: ("masked_attention",
                                    ["masked positions filled with 0 instead of -inf"]),
     masked_attention_without_causal: ("masked_attention", ["is_causal ignored"]),
+    masked_attention_fixed_scale: ("masked_attention", ["ignores the scale argument"]),
+    masked_attention_causal_or_mask: ("masked_attention",
+                                      ["is_causal ignored when attn_mask is given"]),
+    masked_attention_float_as_bool: ("masked_attention", ["float mask treated as a bool mask"]),
+    apply_every_mask_as_bool: ("apply_mask", ["float mask treated as a bool mask"]),
     mha_mask_unchanged: ("to_mha_mask", ["bool mask not inverted for nn.MultiheadAttention"]),
     split_by_view_only: ("split_heads", ["heads split with view and no transpose"]),
     merge_by_reshape_only: ("merge_heads", ["heads merged without the inverse transpose"]),
@@ -404,6 +491,11 @@ STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must
     MHASplitByView: ("multi_head_attention", ["heads split with view and no transpose"]),
     MHASwappedKeyValue: ("multi_head_attention", ["key and value projections swapped"]),
     MHAIgnoringCausal: ("multi_head_attention", ["is_causal not passed on"]),
+    MHACausalOnlyWithoutMask: ("multi_head_attention",
+                               ["is_causal ignored when attn_mask is given"]),
+    MHAIgnoringFloatMasks: ("multi_head_attention", ["float mask ignored"]),
+    MHAReadingEveryMaskAsBool: ("multi_head_attention", ["float mask treated as a bool mask"]),
+    MHAWithNaNRows: ("multi_head_attention", ["fully masked rows give NaN"]),
     loss_over_every_position: ("copy_task_loss", ["loss over the prompt half too"]),
     loss_summed: ("copy_task_loss", ["summed instead of averaged"]),
     loss_on_probabilities: ("copy_task_loss", ["softmax applied before cross_entropy"]),

@@ -29,6 +29,8 @@ def check_one_hot_embedding(fn, seed: int = 0) -> None:
                                                             dtype=torch.float64)), grad=True),
         Case("one sequence of ids (T,)", (torch.tensor([6, 0, 3]), randn(7, 4, generator=g))),
         Case("a vocabulary id that does not occur, V = 9", (ids, randn(9, 3, generator=g))),
+        Case("extra batch dims, ids of shape (2, 2, 3)",
+             (torch.randint(7, (2, 2, 3), generator=g), randn(7, 4, generator=g))),
     ]
     run_check(ONE_HOT_EMBEDDING, fn, cases)
 

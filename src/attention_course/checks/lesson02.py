@@ -46,8 +46,16 @@ SOFTMAX = Exercise(
                 "Each slice along `dim` must sum to 1: pass dim= and keepdim=True to sum().",
                 {"normalise_over": "all"}),
         Mistake("ignores the dim argument (always the last axis)",
-                "Use the `dim` argument in max() and sum() instead of -1.",
-                {"normalise_over": "last"}),
+                "The entries that must sum to 1 lie along `dim`, which need not be the last "
+                "axis: take the maximum and the sum along `dim`.",
+                {"shift": "last", "normalise_over": "last"}),
+        Mistake("max taken over the last axis instead of along dim",
+                "The sum runs along `dim` but the maximum along the last axis, so each slice "
+                "along `dim` is shifted by several different amounts and the shift no longer "
+                "cancels out: take the maximum along `dim` too.", {"shift": "last"}),
+        Mistake("sum taken over the last axis instead of along dim",
+                "The maximum is taken along `dim` but the sum along the last axis: the slices "
+                "along `dim` are the ones that must sum to 1.", {"normalise_over": "last"}),
     ),
     forbidden=forbid([attention.softmax], SOFTMAX_BUILTINS),
 )

@@ -8,6 +8,7 @@ from .framework import Case, Exercise, Mistake, randn, run_check, seeded
 from .lesson02 import (
     ATTENTION_BUILTINS,
     ATTENTION_OUTPUTS,
+    IGNORES_SCALE,
     NO_BUILT_IN_ATTENTION,
     SOFTMAX_OVER_QUERIES,
     attention_inputs,
@@ -30,6 +31,23 @@ LARGE_NEGATIVE = "masked positions filled with a large negative number instead o
 LARGE_NEGATIVE_HINT = ("-1e9 looks the same after the softmax, until a query has no allowed "
                        "key: its row then gets weights instead of staying empty. Use "
                        "float('-inf').")
+FLOAT_MASK_IGNORED = Mistake(
+    "float mask ignored",
+    "A float mask is added to the scores (0 keeps a position, -inf hides it).",
+    {"float_mask": "ignore"})
+FLOAT_MASK_AS_BOOL = Mistake(
+    "float mask treated as a bool mask",
+    "A float mask does not pick positions: it is added to the scores, so 0 keeps a position, "
+    "-inf hides it and any other value shifts the score. Only a bool mask picks positions; "
+    "tell the two kinds apart by their dtype.", {"float_mask": "as_bool"})
+EMPTY_ROWS_NAN = Mistake(
+    "fully masked rows give NaN",
+    "A query with no allowed key has a row of -inf scores, and softmax gives NaN there. Set "
+    "such rows' weights to 0 (as F.scaled_dot_product_attention does).", {"empty_rows": "nan"})
+CAUSAL_IGNORED_WITH_MASK = Mistake(
+    "is_causal ignored when attn_mask is given",
+    "is_causal=True and attn_mask apply together: a key is visible only if both allow it, "
+    "whichever kind (bool or float) attn_mask is.", {"causal": "without_mask"})
 
 
 def _large_negative_scores(got, expected) -> bool:
@@ -141,6 +159,8 @@ def check_padding_mask(fn, seed: int = 0) -> None:
 def apply_variant(scores, attn_mask, *, inverted=False, fill="-inf", float_mask="add"):
     if attn_mask is None:
         return scores
+    if attn_mask.dtype != torch.bool and float_mask == "as_bool":  # 0 read as "hidden"
+        return scores.masked_fill(attn_mask == 0, FILLS[fill])
     if attn_mask.dtype != torch.bool:
         return scores if float_mask == "ignore" else scores + attn_mask
     hidden = attn_mask if inverted else ~attn_mask
@@ -156,9 +176,7 @@ APPLY_MASK = Exercise(
     mistakes=(
         INVERTED, FILLED_WITH_ZERO,
         Mistake(LARGE_NEGATIVE, LARGE_NEGATIVE_HINT, sign=_large_negative_scores),
-        Mistake("float mask ignored",
-                "A float mask is added to the scores (0 keeps a position, -inf hides it).",
-                {"float_mask": "ignore"}),
+        FLOAT_MASK_IGNORED, FLOAT_MASK_AS_BOOL,
     ),
     forbidden=forbid([masks.apply_mask]),
 )
@@ -170,6 +188,7 @@ def check_apply_mask(fn, seed: int = 0) -> None:
     scores = randn(2, 3, 5, 7, generator=g)
     padding = masks.padding_mask(torch.tensor([7, 4]), 7)
     additive = randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1, float("-inf"))
+    additive[:, 0] = 0.0  # a float mask's 0 keeps a position: it does not hide it
     cases = [
         Case("a (T, S) = (5, 7) causal bool mask on (B, H, T, S) = (2, 3, 5, 7) scores",
              (scores, masks.causal_mask(5, 7))),
@@ -178,6 +197,8 @@ def check_apply_mask(fn, seed: int = 0) -> None:
         Case("float64 scores, with gradients",
              (scores.double(), masks.causal_mask(5, 7)), grad=True),
         Case("no mask (None): scores unchanged", (scores, None)),
+        Case("(T, S) scores without batch dims, a (T, S) bool mask",
+             (scores[0, 0], masks.causal_mask(5, 7))),
     ]
     run_check(APPLY_MASK, fn, cases)
 
@@ -187,18 +208,20 @@ def check_apply_mask(fn, seed: int = 0) -> None:
 def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False, scale=None, *,
                              inverted=False, fill="-inf", after_softmax=False,
                              empty_rows="zero", causal="lower", softmax_dim=-1,
-                             use_mask=True):
-    scores = scores_variant(query, key, scale)  # (B, H, T, S)
+                             use_mask=True, honour_scale=True, float_mask="add"):
+    scores = scores_variant(query, key, scale, honour_scale=honour_scale)  # (B, H, T, S)
     T, S = scores.shape[-2:]
     causal_mask = causal_variant(T, S, transposed=causal == "transposed")
+    hide_future = is_causal and (causal in ("lower", "transposed")
+                                 or causal == "without_mask" and attn_mask is None)
     attn_mask = attn_mask if use_mask else None
-    if is_causal and causal != "ignored":
+    if hide_future:
         attn_mask = masks.combine_masks(causal_mask, attn_mask)
     if after_softmax:
         hidden = apply_variant(torch.zeros_like(scores), attn_mask).isneginf()
         weights = torch.softmax(scores, dim=softmax_dim).masked_fill(hidden, 0.0)
         return weights @ value, weights
-    scores = apply_variant(scores, attn_mask, inverted=inverted, fill=fill)
+    scores = apply_variant(scores, attn_mask, inverted=inverted, fill=fill, float_mask=float_mask)
     weights = torch.softmax(scores, dim=softmax_dim)
     if empty_rows == "zero":
         weights = weights.nan_to_num(0.0)
@@ -222,18 +245,17 @@ MASKED_ATTENTION = Exercise(
         Mistake("mask applied after the softmax",
                 "Zeroing weights after the softmax leaves rows that no longer sum to 1. Mask "
                 "the scores (with -inf) before the softmax.", {"after_softmax": True}),
-        Mistake("fully masked rows give NaN",
-                "A query with no allowed key has a row of -inf scores, and softmax gives NaN "
-                "there. Set such rows' weights to 0 (as F.scaled_dot_product_attention does).",
-                {"empty_rows": "nan"}),
+        EMPTY_ROWS_NAN,
         Mistake("is_causal ignored",
                 "When is_causal=True, also hide the future (combined with attn_mask if both "
                 "are given).", {"causal": "ignored"}),
+        CAUSAL_IGNORED_WITH_MASK,
         Mistake(CAUSAL_TRANSPOSED.name, CAUSAL_TRANSPOSED.hint, {"causal": "transposed"}),
         Mistake("attn_mask ignored",
                 "Apply attn_mask to the scores before the softmax (and combine it with the "
                 "causal mask when is_causal=True).", {"use_mask": False}),
-        SOFTMAX_OVER_QUERIES,
+        FLOAT_MASK_IGNORED, FLOAT_MASK_AS_BOOL,
+        SOFTMAX_OVER_QUERIES, IGNORES_SCALE,
     ),
     forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
                      ATTENTION_BUILTINS),
@@ -252,6 +274,11 @@ def check_masked_attention(fn, seed: int = 0) -> None:
     with_empty_row[2] = False
     additive = randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1, float("-inf"))
     additive[:, 0] = 0.0
+    additive_with_empty_row = additive.clone()
+    additive_with_empty_row[3] = float("-inf")
+    self_additive = randn(6, 6, generator=g).masked_fill(randn(6, 6, generator=g) > 1,
+                                                         float("-inf"))
+    self_additive[:, 0] = 0.0
     cases = [
         Case("no mask, B, H, T, S, D, Dv = 2, 3, 5, 7, 4, 6", qkv),
         Case("a (B, 1, 1, S) padding mask, lengths 7 and 4",
@@ -263,6 +290,15 @@ def check_masked_attention(fn, seed: int = 0) -> None:
         Case("a float mask with some -inf entries", qkv + (additive,)),
         Case("is_causal=True together with a padding mask (both apply)",
              self_qkv + (masks.padding_mask(torch.tensor([6, 3]), 6),), {"is_causal": True}),
+        Case("is_causal=True together with a float mask (both apply)",
+             self_qkv + (self_additive,), {"is_causal": True}),
+        Case("a float mask whose query 3 may attend to nothing (a row of -inf)",
+             qkv + (additive_with_empty_row,)),
+        Case("an explicit scale=0.3", qkv, {"scale": 0.3}),
+        Case("one sequence without batch dims, (T, D) and (S, D), with a (T, S) bool mask",
+             attention_inputs(g, 5, 7, 4, dv=6) + (masks.causal_mask(5, 7),)),
+        Case("extra batch dims (2, 2, 3, T, D), is_causal=True",
+             attention_inputs(g, 2, 2, 3, 5, 7, 4, dv=6), {"is_causal": True}),
     ]
     run_check(MASKED_ATTENTION, fn, cases)
 
@@ -305,5 +341,6 @@ def check_to_mha_mask(fn, seed: int = 0) -> None:
         Case("a float mask (means the same in both conventions)",
              (randn(5, 7, generator=g).masked_fill(randn(5, 7, generator=g) > 1,
                                                    float("-inf")),)),
+        Case("a float64 float mask", (randn(2, 1, 1, 4, generator=g, dtype=torch.float64),)),
     ]
     run_check(TO_MHA_MASK, fn, cases)
