@@ -10,17 +10,15 @@ ATTENTION_COURSE_WORKSPACE says otherwise.
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
-from . import gradebook, release
+from . import collect, gradebook, release
 from .batch import Limits, grade_batch
 from .course import ROOT, Workspace, lesson_names, read_course
 from .feedback import write_feedback
@@ -52,10 +50,19 @@ def parser() -> argparse.ArgumentParser:
 
     sub = command("release", run_release, "regenerate the student notebooks in notebooks/")
     sub.add_argument("lessons", nargs="*", help="lessons (default: all)")
-    sub = command("collect", run_collect, "add an LMS download (zip of <student>_<lesson>.ipynb "
-                  "files) to the submissions, with nbgrader zip_collect")
-    sub.add_argument("zip", type=Path, help="the downloaded zip file")
-    sub.add_argument("--lesson", help="the lesson it holds (default: read from the file names)")
+    sub = command("collect", run_collect, "add a download of submissions (Canvas, Moodle, "
+                  "Gradescope, Google Classroom/Drive, nbgrader's exchange) to the workspace: "
+                  "each notebook's lesson is read from its cells, every file is listed with "
+                  "what became of it, and the exit status is 1 if any was skipped")
+    sub.add_argument("zip", type=Path, help="the downloaded zip, or a folder (e.g. nbgrader's "
+                     "exchange inbound/)")
+    sub.add_argument("--roster", type=Path, help="a CSV of the class: columns id and name "
+                     "(optionally lms_id, email); students are matched to it by id, else name")
+    sub.add_argument("--lesson", help="the lesson the download is for: a notebook of another "
+                     "lesson is skipped, and an unreadable file is filed under it")
+    sub.add_argument("--format", default="auto", choices=("auto", *collect.FORMATS),
+                     help="the download's layout (default: detected)")
+    sub.add_argument("--dry-run", action="store_true", help="print the table, write nothing")
     sub = command("grade", run_grade, "grade every submission, in parallel")
     sub.add_argument("--lesson", action="append", help="only this lesson (repeatable)")
     sub.add_argument("--student", action="append", help="only this student (repeatable)")
@@ -90,24 +97,18 @@ def run_release(args, workspace: Workspace) -> None:
 
 
 def run_collect(args, workspace: Workspace) -> None:
-    lesson = args.lesson or lesson_in_zip(args.zip)
-    archive = workspace.root / "downloaded" / lesson / "archive"
-    archive.mkdir(parents=True, exist_ok=True)
-    shutil.copy(args.zip, archive / args.zip.name)
-    nbgrader(["zip_collect", lesson, "--force"], workspace)
-    students = sorted(p.parent.name for p in workspace.submitted.glob(f"*/{lesson}"))
-    print(f"collected {lesson} from {args.zip.name}: {len(students)} students in "
-          f"{workspace.submitted}")
-
-
-def lesson_in_zip(path: Path) -> str:
-    lessons = read_course()
-    with zipfile.ZipFile(path) as archive:
-        named = {lesson for name in archive.namelist() for lesson in lessons if lesson in name}
-    if len(named) != 1:
-        raise SystemExit(f"cannot tell which lesson {path.name} holds (found "
-                         f"{sorted(named) or 'none'}): pass --lesson")
-    return named.pop()
+    """Print the per-file table; exit with status 1 if any file or student was skipped."""
+    try:
+        roster = collect.Roster.read(args.roster) if getattr(args, "roster", None) else None
+        done = collect.collect(args.zip, workspace, roster, args.lesson,
+                               getattr(args, "format", "auto"), getattr(args, "dry_run", False))
+    except collect.CollectError as err:
+        raise SystemExit(f"collect: {err}") from None
+    if done.rows:
+        print(done.table())
+    print(done.summary())
+    if done.skipped:
+        raise SystemExit(1)
 
 
 def nbgrader(arguments: list[str], workspace: Workspace) -> None:
