@@ -84,6 +84,7 @@ def _flags(tree: ast.Module, lesson: Lesson) -> list[str]:
             flags.append("opens a raw file descriptor")
         if isinstance(node, ast.FunctionDef):
             flags += _copied(node, lesson)
+        flags += [f"replaces {name} (library code patched)" for name in _patched(node)]
     return flags
 
 
@@ -102,6 +103,24 @@ def _names(node: ast.AST) -> list[str]:
         if isinstance(node, ast.Name):
             return [".".join([node.id, *reversed(parts)])]
     return []
+
+
+PATCHABLE = ("torch", "F", "nn", "np", "numpy", "attention_course", "builtins", "json", "os",
+             "sys", "IPython", "get_ipython")
+
+
+def _patched(node: ast.AST) -> list[str]:
+    """Attributes of libraries that ``node`` assigns (``torch.Tensor.clone = ...``), and
+    ``setattr`` on them."""
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [name for t in targets if isinstance(t, ast.Attribute) for name in _names(t)]
+    elif isinstance(node, ast.Call) and _is_name(node.func, "setattr") and node.args:
+        names = [n for n in _names(node.args[0]) or
+                 ([node.args[0].id] if isinstance(node.args[0], ast.Name) else [])]
+    else:
+        return []
+    return [name for name in names if name.split(".")[0] in PATCHABLE]
 
 
 def _is_check_import(node: ast.AST) -> bool:

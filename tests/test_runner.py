@@ -1,14 +1,31 @@
-"""The runner as a module: importable without side effects, and its recording replays to the
-same points in the trusted process (without a sandbox or a kernel in between)."""
+"""The grading protocol without a sandbox in between: the trusted side's checks against the
+student's side (``observing.answer``) in this process, and what the trusted side does with
+replies it did not expect."""
 
 import importlib
-import io
+import json
 import os
 import sys
 
-from attention_course import attention, checks
+import pytest
+import torch
+
+from attention_course.checks import observing, wire
 from grader import verdicts
 from grader.course import CheckCall, GradedCell
+
+SOFTMAX_CELL = GradedCell("check_softmax", 2.0, (CheckCall("check_softmax", ("softmax",), 0),
+                                                 CheckCall("check_softmax", ("softmax",), 1)), "")
+
+
+def right_softmax(x, dim=-1):
+    exps = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def judged(namespace: dict, cell: GradedCell = SOFTMAX_CELL):
+    """The verdict on ``cell`` when the student's side holds ``namespace``."""
+    return verdicts.judge_cell(cell, lambda request: observing.answer(request, namespace))
 
 
 def test_importing_the_runner_changes_nothing():
@@ -19,48 +36,112 @@ def test_importing_the_runner_changes_nothing():
     assert (str(options.scratch), options.own_pid_namespace) == ("s", False)
 
 
-def recorded(namespace: dict, cell: GradedCell) -> list:
-    """What the runner records at ``cell`` for ``namespace``, read back as the grader reads it."""
-    from grader import runner
-
-    record = runner.Record()
-    step = {"grade_id": cell.grade_id,
-            "calls": [[c.check, list(c.targets), c.seed] for c in cell.calls]}
-    runner.record_checks(step, namespace, record, checks.CHECKS)
-    sent = io.BytesIO()
-    record.send(sent, {})
-    meta, arrays = sent.getvalue().split(b"\n", 1)
-    return verdicts.read_record({"observations.json": meta, "observations.npz": arrays})[1]
+def test_a_right_answer_earns_the_points():
+    result = judged({"softmax": right_softmax})
+    assert (result.passed, result.points) == (True, 2.0), result.message
 
 
-SOFTMAX_CELL = GradedCell("check_softmax", 2.0, (CheckCall("check_softmax", ("softmax",), 0),
-                                                 CheckCall("check_softmax", ("softmax",), 1)), "")
-
-
-def test_a_recorded_right_answer_earns_the_points():
-    def softmax(x, dim=-1):
-        exps = (x - x.amax(dim=dim, keepdim=True)).exp()
-        return exps / exps.sum(dim=dim, keepdim=True)
-
-    result = verdicts.judge_cell(SOFTMAX_CELL, recorded({"softmax": softmax}, SOFTMAX_CELL))
-    assert (result.passed, result.points) == (True, 2.0)
-
-
-def test_a_recorded_call_of_the_reference_is_a_refused_shortcut():
-    result = verdicts.judge_cell(SOFTMAX_CELL, recorded({"softmax": attention.softmax},
-                                                        SOFTMAX_CELL))
-    assert (result.passed, result.mistake) == (False, "shortcut")
-
-
-def test_a_recorded_mistake_is_named_and_earns_nothing():
+def test_a_mistake_is_named_and_earns_nothing():
     def no_max(x, dim=-1):
         return x.exp() / x.exp().sum(dim=dim, keepdim=True)
 
-    result = verdicts.judge_cell(SOFTMAX_CELL, recorded({"softmax": no_max}, SOFTMAX_CELL))
+    result = judged({"softmax": no_max})
     assert (result.passed, result.points) == (False, 0.0)
     assert result.mistake.startswith("no max-subtraction"), result.message
 
 
+def test_a_builtin_the_exercise_forbids_is_a_refused_shortcut():
+    result = judged({"softmax": lambda x, dim=-1: torch.softmax(x, dim)})
+    assert (result.passed, result.mistake) == (False, "shortcut")
+
+
 def test_a_missing_name_is_reported_not_graded():
-    result = verdicts.judge_cell(SOFTMAX_CELL, recorded({}, SOFTMAX_CELL))
+    result = judged({})
     assert not result.passed and "`softmax` is not defined" in result.message
+
+
+def test_the_student_side_sees_the_cases_only_when_asked():
+    asked = []
+
+    def spy(request: bytes) -> list[bytes]:
+        asked.append(wire.loads(request))
+        return observing.answer(request, {"softmax": right_softmax})
+
+    verdicts.judge_cell(SOFTMAX_CELL, spy)
+    assert len(asked) == 2  # one request per check call, seeds 0 and 1: different inputs
+    first, second = (a["cases"][0]["args"][0] for a in asked)
+    assert first.shape == second.shape and not torch.equal(first, second)
+    assert set(asked[0]) == {"inputs", "forbidden", "student", "cases"}  # no seed, no reference
+
+
+def test_a_default_dtype_changed_by_the_student_does_not_cost_points():
+    torch.set_default_dtype(torch.float64)
+    try:
+        cell = GradedCell("check_sinusoidal_positional_encoding", 2.0, (CheckCall(
+            "check_sinusoidal_positional_encoding", ("pe",), 0),), "")
+        from attention_course.embeddings import sinusoidal_positional_encoding
+        result = judged({"pe": sinusoidal_positional_encoding}, cell)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert result.message.startswith("ok") or result.mistake == "shortcut", result.message
+
+
+# ---------------------------------------------------------------- replies nobody honest sends
+
+def reply_with(*replies: bytes):
+    return lambda request: list(replies) * len(wire.loads(request)["cases"])
+
+
+def deep(levels: int) -> bytes:
+    header = b'{"value": ' + b"[" * levels + b"]" * levels + b', "blob": 0}'
+    return header + b"\n"
+
+
+def claimed_tensor(shape: list[int], blob: bytes = b"") -> bytes:
+    observation = {"outputs": {"~": "tuple", "items": [
+        {"~": "tensor", "dtype": "float64", "shape": shape, "at": 0}]},
+        "error": None, "shortcuts": [], "modified_inputs": [], "grads": {"~": "dict", "items": {}}}
+    return json.dumps({"value": {"~": "dict", "items": observation},
+                       "blob": len(blob)}).encode() + b"\n" + blob
+
+
+MALFORMED = {
+    "not a message": b"garbage",
+    "a length that lies": b'{"value": 1, "blob": 99}\n',
+    "JSON nested a million deep": deep(1_000_000),
+    "a number with 100000 digits": b'{"value": ' + b"9" * 100_000 + b', "blob": 0}\n',
+    "a tensor claiming 10^30 bytes": claimed_tensor([10**15, 10**15]),
+    "a negative size": claimed_tensor([-1, 4]),
+    "an unknown dtype": claimed_tensor([2]).replace(b"float64", b"object"),
+    "a value that is not an observation": wire.dumps([1, 2, 3]),
+    "fields of the wrong types": wire.dumps({"outputs": 5, "error": None, "shortcuts": [],
+                                             "modified_inputs": [], "grads": {}}),
+}
+
+
+@pytest.mark.parametrize("what", MALFORMED)
+def test_a_malformed_reply_is_an_ungradable_record_never_an_internal_error(what):
+    with pytest.raises(verdicts.Unreadable):
+        verdicts.judge_cell(SOFTMAX_CELL, reply_with(MALFORMED[what]))
+
+
+def test_too_few_replies_are_an_ungradable_record():
+    with pytest.raises(verdicts.Unreadable):
+        verdicts.judge_cell(SOFTMAX_CELL, lambda request: [])
+
+
+def test_a_well_formed_wrong_reply_is_judged_like_any_wrong_answer():
+    result = verdicts.judge_cell(SOFTMAX_CELL, reply_with(claimed_tensor([2], bytes(16))))
+    assert not result.passed and "shape" in result.message
+
+
+def test_plain_values_survive_the_wire_and_code_does_not():
+    value = {"t": torch.arange(6.0).reshape(2, 3), "n": (1, 2.5, None, "x", True), "d": torch.int64,
+             "empty": torch.zeros(0, 3)}
+    back = wire.loads(wire.dumps(value))
+    assert torch.equal(back["t"], value["t"]) and back["n"] == value["n"]
+    assert back["d"] is torch.int64 and back["empty"].shape == (0, 3)
+    with pytest.raises(TypeError):
+        wire.dumps({"f": print})
+    assert type(wire.loads(wire.dumps([print], lenient=True))[0]).__name__ \
+        == "builtin_function_or_method"

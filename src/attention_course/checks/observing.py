@@ -118,8 +118,13 @@ def answer(request: bytes, namespace: dict) -> list[bytes]:
         failed = Observation(error=f"{type(err).__name__}: {err}"[:2000])
         return [wire.dumps(vars(failed), lenient=True) for _ in cases]
     parameters = getattr(student, "probe_parameters", None)
-    return [wire.dumps(vars(observe(inputs, forbidden, student, case, parameters)), lenient=True)
-            for case in cases]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)  # as in a fresh kernel, where the reference runs
+    try:
+        return [wire.dumps(vars(observe(inputs, forbidden, student, case, parameters)),
+                           lenient=True) for case in cases]
+    finally:
+        torch.set_default_dtype(default)
 
 
 def _student(described: dict, namespace: dict) -> Callable:

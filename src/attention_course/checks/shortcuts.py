@@ -54,6 +54,15 @@ def watch_calls(forbidden: Forbidden, called: list[str]):
     try:
         yield called
     finally:
+        _restore_profiler(previous)
+
+
+def _restore_profiler(previous) -> None:
+    """Put back what profiled before: a function, or cProfile's profiler (which
+    ``sys.getprofile`` returns as an object, not a function: it is enabled again)."""
+    if previous is not None and not callable(previous) and hasattr(previous, "enable"):
+        previous.enable()
+    else:
         sys.setprofile(previous)
 
 

@@ -1,0 +1,62 @@
+"""Flags for a human, read from a submission's source in the trusted process."""
+
+import inspect
+import textwrap
+
+import nbformat
+import pytest
+
+from attention_course import attention
+from grader.course import read_lesson
+from grader.demo import practice_names, student_notebook
+from grader.inspection import inspect_submission
+from tests.notebook_tools import lessons
+
+LESSON = "02_scaled_dot_product"
+
+FAMILIES = {
+    "a tracing hook": "import sys\nsys.settrace(lambda *a: None)",
+    "a profiling hook": "import sys\nsys.setprofile(None)",
+    "the garbage collector": "import gc\nfor o in gc.get_objects(): pass",
+    "raw memory access": "import ctypes",
+    "a thread": "import threading\nthreading.Thread(target=print).start()",
+    "a raw file descriptor": "import os\nos.write(4, b'{}')",
+    "opens a raw file descriptor": "open(4, 'wb').write(b'x')",
+    "torch's operator internals": "import torch\ny = torch.ops.aten._softmax.default",
+    "torch's C internals": "import torch\ntorch._C._set_grad_enabled(True)",
+    "TorchScript": "import torch\nf = torch.jit.script(lambda x: x)",
+    "the checks' internals": "from attention_course.checks import observing",
+    "the grader's code": "import grader.verdicts",
+    "the interpreter's module table": "import sys\nsys.modules['x'] = None",
+    "library code patched": "import torch\ntorch.Tensor.clone = lambda self: self",
+    "the built-in an exercise": "import torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
+                                "    return F.softmax(x, dim)",
+}
+
+
+def flags_of(extra: str, lesson: str = LESSON, answers: dict | None = None) -> list[str]:
+    notebook = student_notebook(lesson, answers or {}, textwrap.dedent(extra) if extra else None)
+    return inspect_submission(notebook, read_lesson(lesson))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_is_flagged(family):
+    flags = flags_of(FAMILIES[family])
+    assert any(family in flag for flag in flags), flags
+
+
+def test_ipython_syntax_and_ordinary_tools_are_not_flagged():
+    assert flags_of("%load_ext autoreload\n%autoreload 2\nimport cProfile\n"
+                    "cProfile.run('1 + 1')\n!echo hi\nimport math, time") == []
+
+
+@pytest.mark.parametrize("lesson", lessons())
+def test_the_instructors_answers_are_not_flagged(lesson):
+    assert flags_of("", lesson, dict.fromkeys(practice_names(lesson))) == []
+
+
+def test_the_reference_with_its_names_changed_is_flagged():
+    body = textwrap.dedent(inspect.getsource(attention.attention_scores))
+    renamed = (body.replace("query", "q_in").replace("key", "k_in").replace("scale", "factor")
+               .replace("Tensor", "object"))
+    assert any("course's reference" in flag for flag in flags_of(renamed))

@@ -1,0 +1,73 @@
+"""The package the student's process sees while a lesson is graded: what its notebook imports,
+and no exercise reference of the lesson, no check, no mistake catalogue, as files or modules."""
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from attention_course import lessons
+from grader import package
+from tests.notebook_tools import lessons as lesson_ids
+
+PROBE = """
+import importlib, json, pkgutil, sys
+sys.path.insert(0, sys.argv[1])
+import attention_course, attention_course.checks as checks
+found = {m.name: [n for n in dir(importlib.import_module("attention_course." + m.name))
+                  if not n.startswith("_")]
+         for m in pkgutil.iter_modules(attention_course.__path__) if m.name != "checks"}
+checks.check_softmax(print)  # the stand-in runs and does nothing
+exec(sys.stdin.read())  # the released notebook's imports
+print(json.dumps(found))
+"""
+
+
+def notebook_imports(lesson: str) -> str:
+    """Every import statement of the released notebook's code cells."""
+    from grader.submissions import released_source
+
+    statements = []
+    for source in released_source(lesson):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        statements += [ast.unparse(s) for s in tree.body
+                       if isinstance(s, ast.Import | ast.ImportFrom)
+                       and "attention_course" in ast.unparse(s)]
+    return "\n".join(statements)
+
+
+@pytest.mark.parametrize("lesson", lesson_ids())
+def test_the_notebook_imports_work_and_the_exercise_references_are_not_there(lesson, tmp_path):
+    root = package.build(lessons.lesson(lesson), tmp_path / "package")
+    done = subprocess.run([sys.executable, "-I", "-c", PROBE, str(root)], capture_output=True,
+                          text=True, input=notebook_imports(lesson), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    importable = json.loads(done.stdout.splitlines()[-1])
+    for module, names in package.exercise_references(lessons.lesson(lesson)).items():
+        assert not set(names) & set(importable.get(module, ())), (module, names)
+    files = {path.relative_to(root).as_posix(): path.read_text()
+             for path in root.rglob("*.py")}
+    assert not [name for name in files if "lesson0" in name or "framework" in name]
+    for module, names in package.exercise_references(lessons.lesson(lesson)).items():
+        text = files.get(f"attention_course/{module}.py", "")
+        assert not [n for n in names if f"def {n}(" in text or f"class {n}(" in text]
+
+
+def test_a_lesson_whose_given_code_needs_an_exercise_reference_is_refused():
+    source = "def given():\n    return answer()\n\ndef answer():\n    return 1\n"
+    with pytest.raises(package.PackageError, match="answer"):
+        package.cut_down(source, {"given"}, {"answer"}, set(), "a lesson")
+
+
+def test_a_cut_down_module_keeps_what_its_names_need_and_nothing_else():
+    source = ("import torch\nfrom .masks import causal_mask\nSCALE = 2\n\n"
+              "def helper():\n    return SCALE\n\ndef wanted():\n    return helper()\n\n"
+              "def other():\n    return causal_mask(3)\n")
+    cut = package.cut_down(source, {"wanted"}, set(), set(), "a lesson")
+    assert "def wanted" in cut and "def helper" in cut and "SCALE = 2" in cut
+    assert "other" not in cut and "masks" not in cut and "torch" not in cut
