@@ -709,7 +709,8 @@ def _exchange_time(text: str) -> datetime | None:
 
 # ---------------------------------------------------------------- the collect itself
 
-OUTCOMES = ("collected", "renamed", "merged", "unchanged", "superseded", "ignored", "skipped")
+OUTCOMES = ("collected", "renamed", "merged", "unchanged", "superseded", "unpacked", "ignored",
+            "skipped")
 
 
 @dataclass
@@ -964,18 +965,24 @@ def _nested(entry: Entry, found: Found, row: Row, rows: list[Row], candidates: l
     if len(inner_entries) > MAX_NESTED_ENTRIES:
         row.details.insert(0, f"a zip of {len(inner_entries)} files: not unpacked")
         return
-    row.details.insert(0, f"unpacked as {', '.join(i.describe() for i in found.identities)}'s "
-                          f"files (names inside are not read for students)")
+    row.outcome = "unpacked"
+    row.details.insert(0, f"as {', '.join(i.describe() for i in found.identities)}'s files "
+                          f"(names inside are not read for students)")
+    # the LMS's time for the upload, else the download's entry time; the student's own zip
+    # entry times only if neither is known
+    outer_time = found.time or entry.time
+    outer_from = found.time_from or (entry.time_kind if entry.time else "")
     for inner_entry in inner_entries:
+        original = inner_entry.name
         inner_entry.path = f"{entry.path}!{inner_entry.path}"
         inner_row = Row(inner_entry.path)
         rows.insert(rows.index(row) + 1 + sum(1 for r in rows if r.file.startswith(
             entry.path + "!")), inner_row)
         inner_found = dataclasses.replace(
-            found, original=inner_entry.name, notes=list(found.notes),
-            time=found.time or inner_entry.time,
-            time_from=found.time_from or ("the nested zip entry's time"
-                                          if inner_entry.time else ""))
+            found, original=original, notes=list(found.notes),
+            time=outer_time or inner_entry.time,
+            time_from=outer_from or ("the entry's time in the student's zip"
+                                     if inner_entry.time else ""))
         if ".ipynb_checkpoints" in inner_entry.parts:
             inner_row.outcome, inner_row.details = "ignored", ["Jupyter's autosave copy"]
         elif inner_entry.name.lower().endswith(".zip"):
@@ -1121,7 +1128,7 @@ def _no_notebook(candidates: list[Candidate], others: list[tuple[Identity, Row]]
     """A student whose files are all ignored has lost nothing silently: their rows say so."""
     with_notebook = {c.identity.key for c in candidates}
     for identity, row in others:
-        if identity.key not in with_notebook and row.outcome == "ignored":
+        if identity.key not in with_notebook and row.outcome in ("ignored", "unpacked"):
             row.skip(f"no notebook from {identity.describe()}")
 
 
