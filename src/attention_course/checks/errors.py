@@ -1,0 +1,175 @@
+"""Errors that common slips raise, put into words for the student.
+
+When the student's code raises, a check reports the error's text ("RuntimeError: The size of
+tensor a (5) must match the size of tensor b (3) at non-singleton dimension 1"). Many such
+texts come from a handful of slips: a reduction that dropped its axis, a transpose of every
+axis, a product of shapes that do not line up. ``explain_error`` recognises them from a table of
+(exercises, pattern, mistake, hint): the first row whose exercises include this one (or that
+holds for every exercise) and whose pattern is found in the text names the mistake. Hints give
+the idea, never the answer's code. A text that no row recognises is left as it is.
+"""
+
+import re
+from typing import NamedTuple
+
+
+class KnownError(NamedTuple):
+    exercises: frozenset[str]  # the exercises where the pattern means this mistake; empty: all
+    pattern: str  # a regular expression, searched in "ErrorType: message"
+    mistake: str
+    hint: str
+
+
+EVERY = frozenset()
+# exercises whose inputs may have any number of leading (batch) axes, even none
+ANY_AXES = frozenset({"one_hot_embedding", "softmax", "attention_scores",
+                      "scaled_dot_product_attention", "apply_mask", "masked_attention"})
+ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention", "masked_attention",
+                       "MultiHeadAttention.forward"})
+MASKS = frozenset({"apply_mask", "masked_attention", "to_mha_mask", "MultiHeadAttention.forward"})
+MHA = frozenset({"MultiHeadAttention.forward"})
+
+BROADCAST = r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
+MATMUL = (r"mat1 and mat2 shapes cannot be multiplied|Expected size for first two dimensions of "
+          r"batch2 tensor|size mismatch, got input|shapes cannot be multiplied")
+FIXED_AXES = (r"Dimension out of range|number of dimensions in the tensor input does not match "
+              r"the length of the desired ordering|number of subscripts in the equation \(\d+\) "
+              r"does not match the number of dimensions|values to unpack \(expected \d+")
+KEEPDIM = ("reduction without keepdim=True",
+           "A reduction along an axis (sum, amax, max, mean) drops that axis unless keepdim=True, "
+           "so its result no longer lines up with x for broadcasting.")
+TRANSPOSED_EVERY_AXIS = (
+    "every axis of key reversed (.T) instead of the last two swapped",
+    "On a tensor with batch axes in front, .T reverses all of its axes (PyTorch warns about "
+    "it), so the key's batch axes no longer line up with the query's. Only the key's last two "
+    "axes, (S, D), should swap.")
+
+KNOWN_ERRORS: tuple[KnownError, ...] = (
+    # ------------------------------------------------ shapes that do not broadcast
+    KnownError(frozenset({"softmax"}), BROADCAST, *KEEPDIM),
+    KnownError(frozenset({"scaled_dot_product_attention"}),
+               BROADCAST + r" at non-singleton dimension 3", *KEEPDIM),
+    KnownError(frozenset({"attention_scores", "scaled_dot_product_attention"}) | MHA,
+               BROADCAST + r" at non-singleton dimension [0-2]\b", *TRANSPOSED_EVERY_AXIS),
+    KnownError(frozenset({"masked_attention"}), BROADCAST + r" at non-singleton dimension 3",
+               "shapes that differ along the keys' axis",
+               "Something combined with the (B, H, T, S) scores has another length along the "
+               "last axis, the keys'. Here T != S: a causal mask must be (T, S), not (T, T); and "
+               "a sum or max over the keys drops that axis unless keepdim=True."),
+    KnownError(frozenset({"padding_mask"}), BROADCAST,
+               "lengths compared with the positions without lining up their axes",
+               "Comparing the (S,) positions with the (B,) lengths pairs up their only axes. To "
+               "compare every length with every position, give the lengths an axis of their "
+               "own: a (B, 1) column against the (S,) row broadcasts to (B, S)."),
+    KnownError(frozenset({"token_and_position_embedding"}), BROADCAST,
+               "positional rows that do not line up with the tokens",
+               "pe must contribute one row per position of the sequence: T is the last axis of "
+               "token_ids (the first one is the batch), and the first T rows of pe then "
+               "broadcast over the batch."),
+    KnownError(frozenset({"sinusoidal_positional_encoding"}),
+               r"The expanded size of the tensor \(\d+\) must match the existing size",
+               "one angle per dimension instead of one per pair",
+               "pe[:, 0::2] and pe[:, 1::2] each hold C / 2 columns: compute one angle per pair "
+               "i (C / 2 of them), shared by the sine and the cosine of that pair."),
+    # ------------------------------------------------ matrix products
+    KnownError(frozenset({"one_hot_embedding"}), MATMUL,
+               "one-hot width taken from the ids instead of the vocabulary",
+               "Without num_classes, F.one_hot makes vectors as wide as the largest id in this "
+               "batch plus one, which is less than V when the last ids do not occur. The "
+               "vocabulary has V = weight.shape[0] entries."),
+    KnownError(MHA, r"mat1 and mat2 shapes cannot be multiplied",
+               "a projection applied to a tensor whose last axis is not d_model",
+               "q_proj, k_proj, v_proj and out_proj are Linear layers from C = d_model features "
+               "to C: they act on (B, T, C) tensors, before the heads are split and after they "
+               "are merged again."),
+    KnownError(ATTENTION, MATMUL, "matrix product of shapes that do not line up",
+               "A @ B pairs the last axis of A with the second-to-last axis of B, so those sizes "
+               "must be equal: (..., T, D) @ (..., D, S) -> (..., T, S), then (..., T, S) @ "
+               "(..., S, Dv) -> (..., T, Dv). Keys are stored as (..., S, D): only their last "
+               "two axes swap for the product."),
+    KnownError(EVERY, MATMUL, "matrix product of shapes that do not line up",
+               "A @ B pairs the last axis of A with the second-to-last axis of B, so those sizes "
+               "must be equal."),
+    KnownError(EVERY, r"t\(\) expects a tensor with <= 2 dimensions",
+               ".t() on a tensor with batch axes",
+               ".t() and .T turn over a single matrix; with batch axes in front, swap only the "
+               "last two axes."),
+    # ------------------------------------------------ axes counted for one rank
+    KnownError(MHA, r"number of subscripts in the equation \(\d+\) does not match the number",
+               "einsum letters that do not match the tensor's axes",
+               "An einsum equation names one letter per axis of each operand. This operand has "
+               "another number of axes than its letters: (B, T, C) before the heads are split, "
+               "(B, H, T, D) or (B, T, H, D) after."),
+    KnownError(ANY_AXES, FIXED_AXES, "code written for one number of axes",
+               "The check also passes inputs with no batch axes or with extra ones: the "
+               "docstring promises any leading axes. Count axes from the end (-1 is the last, "
+               "-2 the one before) and, in einsum, let '...' stand for the leading axes."),
+    KnownError(EVERY, r"values to unpack \(expected \d+",
+               "shape unpacked into the wrong number of names",
+               "Unpacking x.shape needs exactly one name per axis of x, and x has another number "
+               "of axes here: (B, T, C) before the heads are split, (B, H, T, D) after."),
+    KnownError(EVERY, r"einsum\(\): (output subscript \w appears more than once|subscript \w has "
+                      r"size \d+ for operand \d+ which does not broadcast)",
+               "one einsum letter for two different axes",
+               "Each letter of an einsum equation stands for one size. Queries (T) and keys (S) "
+               "need letters of their own, even when T = S."),
+    # ------------------------------------------------ view and reshape
+    KnownError(EVERY, r"is invalid for input of size|don't multiply up to the size of dim",
+               "view or reshape sizes that do not multiply to the tensor's size",
+               "view, reshape and unflatten only regroup the elements, so the new sizes must "
+               "multiply to the old ones. With C = H * D, each head is D = C // H wide."),
+    KnownError(EVERY, r"view size is not compatible with input tensor's size and stride",
+               "view on a transposed tensor",
+               "A transpose changes the order in which the elements are read, not where they "
+               "are stored, and view can only regroup axes whose elements sit next to each other "
+               "in memory. reshape copies when it has to (so does contiguous() before view)."),
+    # ------------------------------------------------ Python numbers, None and truth values
+    KnownError(EVERY, r"unsupported operand type\(s\) for .*'torch\.return_types\.(max|min)'",
+               "max(dim=...) used as a tensor",
+               "With dim=, max returns a pair (values, indices): take its values, or use amax, "
+               "which returns the values alone."),
+    KnownError(EVERY, r"argument 'input' \(position 1\) must be Tensor, not (int|float)",
+               "torch function given a Python number",
+               "torch functions such as torch.sqrt and torch.tril take tensors. A plain number "
+               "such as D works with Python's math module or ** 0.5; a mask starts from a "
+               "tensor (torch.ones, torch.arange)."),
+    KnownError(ATTENTION - MHA, r"unsupported operand type\(s\) for [*/]: .*'NoneType'",
+               "scale=None used as a number",
+               "scale=None means the default 1/sqrt(D): replace None by it before scaling, and "
+               "use a scale the caller gives as it is."),
+    KnownError(MASKS, r"'NoneType' object has no attribute|bad operand type for unary ~: "
+                      r"'NoneType'|unsupported operand type\(s\) for .*'NoneType'|"
+                      r"masked_fill\(\) received an invalid combination of arguments - got "
+                      r"\(NoneType",
+               "attn_mask=None not handled",
+               "attn_mask=None means no mask at all: test for None before using the mask."),
+    KnownError(MASKS, r"masked_fill_? only supports boolean masks|\"bitwise_(and|or|xor|not)_"
+                      r"\w+\" not implemented for '(Float|Double|Half|BFloat16)'|"
+                      r"operator\.invert\) is only implemented on integer and Boolean",
+               "float mask used as a bool mask",
+               "A float mask is added to the scores (0 keeps a position, -inf hides it). Only a "
+               "bool mask selects positions or combines with ~, & and |: tell the two kinds "
+               "apart by their dtype."),
+    KnownError(EVERY, r"Boolean value of Tensor with more than one (value|element) is ambiguous",
+               "a tensor used as a single True/False",
+               "if, and, or and not need one True/False, but a mask holds many. Whether a mask "
+               "was given is a question about None; masks combine element by element with & "
+               "and |."),
+    # ------------------------------------------------ dtypes
+    KnownError(EVERY, r"expected m1 and m2 to have the same dtype|expected scalar type "
+                      r"(Float|Double|Half|BFloat16) but found|to have the same dtype",
+               "float32 tensor mixed with float64 inputs",
+               "New tensors (torch.zeros, torch.ones, torch.tensor, .float()) are float32, "
+               "torch's default, whatever the inputs are; with float64 inputs the two no longer "
+               "combine. Make new tensors follow the dtype of the inputs."),
+)
+
+
+def explain_error(exercise_name: str, error: str) -> tuple[str, str] | None:
+    """(mistake, hint) for the text of an error raised by the student's code on exercise
+    ``exercise_name`` (e.g. "softmax", "MultiHeadAttention.forward"), or None if unknown."""
+    for row in KNOWN_ERRORS:
+        if (not row.exercises or exercise_name in row.exercises) and re.search(row.pattern,
+                                                                              error):
+            return row.mistake, row.hint
+    return None
