@@ -383,8 +383,9 @@ def resolve(identity: Identity, roster: Roster | None) -> tuple[str, str]:
         return identity.lms_id, "lms-id"
     if identity.name:
         return re.sub(r"\s+", "-", identity.name.strip()).casefold(), "lms-name"
-    if identity.lms_id:
-        return f"participant{identity.lms_id}", "lms-id"
+    if identity.lms_id:  # an id of this assignment only (anonymous grading)
+        prefix = "participant" if identity.lms == "moodle" else ""
+        return f"{prefix}{identity.lms_id}", "lms-id"
     raise Skip("the download does not say whose file it is")
 
 
@@ -509,8 +510,11 @@ class Download:
         if not match:
             raise Skip("not named as Canvas names files (<name>_<user id>_<attachment id>_<file>)")
         user, name = match["user"], match["name"] or None
-        identity = Identity("canvas", f"canvas:{user}", user, name)
+        anonymous = user.startswith("anon_")
+        identity = Identity("canvas", f"canvas:{user}", user, name, stable=not anonymous)
         notes = ["LATE (Canvas)"] if match["late"] else []
+        if anonymous:
+            notes.append("anonymous grading: Canvas's anonymous id differs per assignment")
         return Found([identity], match["file"], late=bool(match["late"]), notes=notes)
 
     def moodle(self, entry: Entry) -> Found:
@@ -1025,25 +1029,26 @@ def _identify_students(candidates: list[Candidate], others: list[tuple[Identity,
     for key, result in by_key.items():
         if not isinstance(result, Skip):
             claims[result[0].casefold()][key] = result[1]
+    # Only the roster's ids (its id, lms_id or email columns) merge accounts; an account that
+    # reaches a student by name, or by an id that only maps to the same folder, is kept apart.
+    def who(student, key):
+        return manifest.who(student, key) or identities[key].describe()
+
     for student, keys in claims.items():
         earlier = manifest.identities(student)
         everyone = earlier | keys
         if len(everyone) < 2:
             continue
-        if all(how == "roster-id" for how in everyone.values()):
-            for key in keys:
-                others_ = [manifest.who(student, k) or identities[k].describe()
-                           for k in everyone if k != key]
-                by_key[key] = (*by_key[key][:2], f"merged: the roster also gives this student "
-                                                 f"to {', '.join(others_)}")
-            continue
+        explicit = {k for k, how in everyone.items() if how == "roster-id"}
         for key in keys:
-            if key in earlier:
-                continue
-            rivals = [manifest.who(student, k) or identities[k].describe()
-                      for k in everyone if k != key]
-            by_key[key] = Skip(f"{identities[key].describe()} and {', '.join(rivals)} would "
-                               f"both be student {by_key[key][0]}: not merged")
+            rivals = [who(student, k) for k in everyone if k != key]
+            if key in explicit and len(explicit) > 1:
+                merged = [who(student, k) for k in explicit if k != key]
+                by_key[key] = (*by_key[key][:2], f"merged: the roster also gives this student "
+                                                 f"to {', '.join(merged)}")
+            elif key not in explicit and (explicit or key not in earlier):
+                by_key[key] = Skip(f"{identities[key].describe()} and {', '.join(rivals)} would "
+                                   f"both be student {by_key[key][0]}: not merged")
     for candidate in candidates:
         result = by_key[candidate.identity.key]
         row = candidate.row

@@ -141,6 +141,23 @@ def test_canvas_with_a_roster_never_merges_two_students_of_one_name(tmp_path, ca
     assert "not on the roster" in row(out, "müllerjörg_1004_5004_02_scaled_dot_product-1.ipynb")
     assert status == 1
 
+    # one Bob known by his Canvas id: he is collected; the other, matching by name only, is not
+    half = roster(tmp_path / "half.csv", "id,name,lms_id\ns1,Bob Smith,1001\n")
+    workspace = Workspace(tmp_path / "half")
+    status, out = run(workspace, download, "--roster", str(half), capsys=capsys)
+    assert marker(submitted(workspace)["s1", L02]) == "by bob one"
+    assert "not merged" in row(out, "smithbob_1002_5002_02_scaled_dot_product.ipynb")
+
+    # two accounts the roster gives to one student: merged, and the table says so
+    both = roster(tmp_path / "both.csv", "id,name,lms_id\ns1,Bob Smith,1001;1002\n")
+    workspace = Workspace(tmp_path / "both")
+    status, out = run(workspace, download, "--roster", str(both), capsys=capsys)
+    merged = [row(out, f"smithbob_{ids}_02_scaled_dot_product.ipynb")
+              for ids in ("1001_5001", "1002_5002")]
+    assert all(cell(line, "merged") or cell(line, "superseded") for line in merged)
+    assert any(cell(line, "merged") for line in merged)
+    assert {s for s, _ in submitted(workspace)} == {"s1"}
+
 
 def test_a_name_matched_account_cannot_take_over_a_student_in_a_later_lesson(tmp_path, capsys):
     workspace = Workspace(tmp_path / "course")
