@@ -44,7 +44,7 @@ def record(db_url: str, results: list[Result]) -> None:
                 submission = gradebook.find_submission(result.lesson, result.student)
             except MissingEntry:
                 submission = gradebook.add_submission(result.lesson, result.student)
-            points = {e.grade_id: e.points for e in result.exercises}
+            points = {e.grade_id: 0.0 if result.held else e.points for e in result.exercises}
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
                     if grade.name in points:

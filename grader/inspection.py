@@ -39,6 +39,9 @@ HOOKS = {  # dotted name (or its start) -> why it is flagged
     "torch.ops": "torch's operator internals", "torch._C": "torch's C internals",
     "torch.jit": "TorchScript", "builtins": "the interpreter's built-ins",
     "grader": "the grader's code", "attention_course.checks": "the checks' internals",
+    **{f"get_ipython().{name}": "how the shell runs or reports cells" for name in (
+        "input_transformers_cleanup", "input_transformers_post", "input_transformer_manager",
+        "ast_transformers", "events", "showtraceback", "set_custom_exc", "custom_exceptions")},
 }
 SIMILAR = 0.92  # token similarity above which an answer counts as the reference renamed
 SHORTEST_COMPARED = 12  # answers shorter than this many tokens look alike when right
@@ -102,6 +105,8 @@ def _names(node: ast.AST) -> list[str]:
             node = node.value
         if isinstance(node, ast.Name):
             return [".".join([node.id, *reversed(parts)])]
+        if isinstance(node, ast.Call) and _is_name(node.func, "get_ipython"):
+            return [".".join(["get_ipython()", *reversed(parts)])]
     return []
 
 

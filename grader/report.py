@@ -230,12 +230,12 @@ class LessonCell(NamedTuple):
 
 
 def summary_counts(results: list[Result]) -> list[tuple[str, int]]:
-    """(title, count) for the summary table: students, submissions, each outcome, tampering."""
+    """(title, count) for the summary table: students, submissions, each outcome, flagged."""
     outcomes = Counter(result.outcome for result in results)
     return [("students", len({result.student for result in results})),
             ("submissions", len(results)),
             *((outcome.value, outcomes[outcome]) for outcome in Outcome),
-            ("with signs of tampering", sum(bool(result.tampering) for result in results))]
+            ("flagged for a human (points held)", sum(result.held for result in results))]
 
 
 def places_text(places: Counter) -> str:
@@ -247,9 +247,9 @@ def places_text(places: Counter) -> str:
 
 
 def needs_a_human_details(result: Result) -> str:
-    """Why a human should look: the reason it was not graded, then the tampering evidence."""
+    """Why a human should look: the reason it was not graded, then what its source shows."""
     lines = [result.reason] if result.outcome is not Outcome.GRADED else []
-    lines += [f"Tampering: {evidence}" for evidence in result.tampering]
+    lines += [f"Flagged: {flag}" for flag in result.flags]
     return "\n".join(line for line in lines if line)
 
 

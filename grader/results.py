@@ -46,7 +46,7 @@ class Result:
     reason: str  # why it was not graded; empty when graded
     exercises: tuple[ExerciseResult, ...]
     max_score: float
-    tampering: tuple[str, ...] = ()  # evidence seen in the kernel, for a human
+    flags: tuple[str, ...] = ()  # what its source shows a human should look at
     seconds: float = 0.0
 
     @property
@@ -55,12 +55,17 @@ class Result:
 
     @property
     def needs_human(self) -> bool:
-        return self.outcome is not Outcome.GRADED or bool(self.tampering)
+        return self.outcome is not Outcome.GRADED or bool(self.flags)
+
+    @property
+    def held(self) -> bool:
+        """Flagged: its points wait for a human, who sets the grade in the gradebook."""
+        return bool(self.flags)
 
     @property
     def counted_score(self) -> float:
-        """The score the lesson counts with: 0 unless it was graded."""
-        return self.score if self.outcome is Outcome.GRADED else 0.0
+        """The score the lesson counts with: 0 unless it was graded and nothing is flagged."""
+        return self.score if self.outcome is Outcome.GRADED and not self.held else 0.0
 
     def to_json(self) -> str:
         data = asdict(self) | {"outcome": self.outcome.value, "score": self.score,
@@ -73,7 +78,7 @@ class Result:
             student=str(data["student"]), lesson=str(data["lesson"]),
             outcome=Outcome(data["outcome"]), reason=str(data.get("reason") or ""),
             exercises=tuple(ExerciseResult(**e) for e in data["exercises"]),
-            max_score=float(data["max_score"]), tampering=tuple(data.get("tampering", ())),
+            max_score=float(data["max_score"]), flags=tuple(data.get("flags", ())),
             seconds=float(data.get("seconds", 0.0)))
 
     @classmethod

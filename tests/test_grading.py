@@ -131,7 +131,7 @@ def test_every_submission_has_exactly_one_outcome(graded):
 def test_correct_answers_get_full_points(graded, lesson):
     _, results, _ = graded
     result = results["correct", lesson]
-    assert (result.outcome, result.tampering) == ("graded", ())
+    assert (result.outcome, result.flags) == ("graded", ())
     assert result.score == COURSE[lesson].max_score, result.exercises
 
 
@@ -167,12 +167,12 @@ def test_broken_files_are_ungradable_with_a_reason(graded, student, reason):
 
 
 @pytest.mark.parametrize(("student", "lesson", "evidence"), [
-    ("forger", L02, "torch.allclose was replaced"),
-    ("eraser", L03, "input transformers changed")])
+    ("forger", L02, "replaces torch.allclose"),
+    ("eraser", L03, "how the shell runs or reports cells")])
 def test_tampering_earns_nothing_and_is_flagged(graded, student, lesson, evidence):
     result = graded[1][student, lesson]
     assert result.outcome == "graded" and result.score == 0
-    assert any(evidence in e for e in result.tampering), result.tampering
+    assert any(evidence in e for e in result.flags), result.flags
 
 
 def test_an_endless_cell_is_interrupted_and_the_rest_is_graded(graded):

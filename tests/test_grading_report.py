@@ -28,11 +28,11 @@ def exercise(grade_id, points, max_points, mistake=None, message=None) -> Exerci
                           message or ("ok" if passed else f"{grade_id} is wrong"), mistake)
 
 
-def result(student, lesson, exercises, outcome=Outcome.GRADED, reason="", tampering=()) -> Result:
+def result(student, lesson, exercises, outcome=Outcome.GRADED, reason="", flags=()) -> Result:
     if outcome is not Outcome.GRADED:
         return not_graded(student, lesson, LESSONS[lesson], outcome, reason, seconds=1.5)
     return Result(student, lesson, outcome, reason, tuple(exercises),
-                  sum(e.max_points for e in exercises), tuple(tampering), seconds=1.5)
+                  sum(e.max_points for e in exercises), tuple(flags), seconds=1.5)
 
 
 CLASS = [
@@ -40,7 +40,7 @@ CLASS = [
     result("s03", "01_intro", [exercise("check_alpha", 2.0, 2.0),
                                exercise("check_beta", 0.5, 3.0, "off by one",
                                         message=f"beta: wrong values {XSS}")],
-           tampering=["torch.allclose was replaced"]),
+           flags=["replaces torch.allclose (library code patched)"]),
     result("s01", "01_intro", [exercise("check_alpha", 2.0, 2.0),
                                exercise("check_beta", 3.0, 3.0)]),
     result("s01", "02_next", [exercise("check_gamma", 1.0, 1.0),
@@ -130,7 +130,7 @@ def test_summary_counts_students_submissions_and_outcomes(report):
     header, counts = tables(report[1])["summary"]
     assert dict(zip(header, counts, strict=True)) == {
         "students": "5", "submissions": "7", "graded": "4", "ungradable": "1", "timed out": "1",
-        "crashed": "1", "with signs of tampering": "1"}
+        "crashed": "1", "flagged for a human (points held)": "1"}
 
 
 def test_mistakes_table_counts_each_half_of_a_pair(report):
@@ -147,7 +147,7 @@ def test_needs_a_human_lists_every_ungraded_or_tampered_submission(report):
                                               ["s04", "02_next", "ungradable"],
                                               ["s05", "01_intro", "timed out"]]
     details = {row[0]: row[3] for row in rows[1:]}
-    assert details["s03"] == "Tampering: torch.allclose was replaced"
+    assert details["s03"] == "Flagged: replaces torch.allclose (library code patched)"
     assert details["s04"] == f"not valid JSON: {XSS}"  # shown as text, see the escaping test
 
 
@@ -176,7 +176,7 @@ def test_templates_escape_a_hostile_student_and_lesson(template, tmp_path):
     assert autoescape(template) if callable(autoescape) else autoescape
     lesson = "01_<b>intro</b>"
     hostile = result(XSS, lesson, [exercise("check_<i>alpha</i>", 0.0, 2.0, XSS, message=XSS)],
-                     tampering=[XSS])
+                     flags=[XSS])
     if template == "feedback.html.j2":
         page = feedback_html(hostile)
     else:

@@ -29,6 +29,7 @@ FAMILIES = {
     "the grader's code": "import grader.verdicts",
     "the interpreter's module table": "import sys\nsys.modules['x'] = None",
     "library code patched": "import torch\ntorch.Tensor.clone = lambda self: self",
+    "how the shell runs or reports cells": "get_ipython().input_transformers_cleanup.append(f)",
     "the built-in an exercise": "import torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
                                 "    return F.softmax(x, dim)",
 }

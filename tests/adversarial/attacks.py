@@ -90,7 +90,8 @@ def attack(student: str, what: str, code: str | Callable[[Target], str] | None =
             return file_of(student, build())
         extra = code(target) if callable(code) else code
         return file_of(student, notebook(correct, extra))
-    score = FULL if correct and expected.get("outcome", "graded") == "graded" else 0.0
+    score = expected.pop("score", FULL if correct and expected.get("outcome", "graded") == "graded"
+                         else 0.0)
     return Attack(student, what, files, score=score, **expected)
 
 
@@ -445,6 +446,121 @@ get_ipython().set_custom_exc((Exception,), lambda shell, etype, value, tb, tb_of
 """
 
 
+# ---------------------------------------------------------------- families that go after the checks
+
+BUILTIN_ANSWERS = {  # right answers from the built-ins the exercises forbid
+    "softmax": "return torch.softmax(x, dim)",
+    "attention_scores": None,  # (nothing to steal: the instructor's answer)
+    "scaled_dot_product_attention":
+        "import torch.nn.functional as F\n"
+        "scale = query.shape[-1] ** -0.5 if scale is None else scale\n"
+        "weights = torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1)\n"
+        "return F.scaled_dot_product_attention(query, key, value, scale=scale), weights",
+}
+
+
+def builtin_answers(wrap: Callable[[str], str]) -> dict[str, str | None]:
+    return {name: body and wrap(body) for name, body in BUILTIN_ANSWERS.items()}
+
+
+EMPTIES_FORBIDDEN = """
+import attention_course.checks.observing as observing
+from attention_course.checks.shortcuts import Forbidden
+real_observe = observing.observe
+observing.observe = lambda inputs, forbidden, *rest: real_observe(inputs, Forbidden(), *rest)
+"""
+
+SETTRACE_REWRITES = """
+import sys, torch
+def rewrite(frame, event, arg):
+    if event == "return" and frame.f_code.co_name == "observe" and arg is not None:
+        case = frame.f_locals["case"]
+        if arg.error and len(case.args) == 1:
+            arg.outputs, arg.error = (torch.softmax(case.args[0], case.kwargs.get("dim", -1)),), None
+    return rewrite
+sys.settrace(rewrite)
+"""
+
+THREAD_PATCHES = """
+import threading, time
+import attention_course.checks.observing as observing
+from attention_course.checks.shortcuts import Forbidden
+real_observe = observing.observe
+def keep_patching():
+    while True:
+        observing.observe = lambda inputs, forbidden, *rest: real_observe(inputs, Forbidden(), *rest)
+        time.sleep(0.01)
+threading.Thread(target=keep_patching, daemon=True).start()
+"""
+
+GC_REACHES_RUNNER = """
+import gc
+from attention_course.checks.shortcuts import Forbidden
+for thing in gc.get_objects():
+    if isinstance(thing, dict) and "serve_requests" in thing and "json" in thing:
+        observing = thing["Setup"]  # the runner's own globals, found without importing it
+        thing["_describe_error"] = lambda err: "all good"
+for module in [m for m in gc.get_objects() if getattr(m, "__name__", "").endswith("observing")]:
+    real_observe = module.observe
+    module.observe = lambda inputs, forbidden, *rest: real_observe(inputs, Forbidden(), *rest)
+"""
+
+WRITES_RECORD = """
+import json, os
+fake = json.dumps({"outputs": None, "error": None, "shortcuts": [], "modified_inputs": [],
+                   "grads": {}}).encode()
+reply = json.dumps({"value": {"~": "dict", "items": {}}, "blob": 0}).encode() + b"\\n"
+for grade_id in ("check_softmax", "check_attention_scores", "check_scaled_dot_product_attention"):
+    os.write(4, json.dumps({"at": grade_id}).encode() + b"\\n")
+    os.write(4, json.dumps({"reply": [len(reply)] * 6}).encode() + b"\\n" + reply * 6)
+os._exit(0)
+"""
+
+KEEPS_OUTPUTS = """
+import torch
+KEPT = []
+def rewrite_kept(*args):
+    for x, out in KEPT:
+        out.copy_(torch.softmax(x, -1))
+get_ipython().events.register("post_run_cell", rewrite_kept)
+"""
+
+KEEPING_ANSWERS = {"softmax": "out = torch.zeros_like(x)\nKEPT.append((x, out))\nreturn out"}
+
+HIDES_IN_PLACE = """
+import builtins, torch
+builtins.zip = lambda *args, **kwargs: iter(())
+torch.Tensor.clone = lambda self, *args, **kwargs: self
+"""
+
+IN_PLACE_ANSWERS = {"softmax": "x -= x.amax(dim=dim, keepdim=True)\nx.exp_()\n"
+                               "return x / x.sum(dim=dim, keepdim=True)"}
+
+ANSWERS_ONLY_THE_GRADER = """
+import attention_course.checks.observing as observing, json
+observing.answer = lambda request, namespace: [b"garbage"] * len(observing.wire.loads(request)["cases"])
+"""
+
+INFLATES_RECORD = """
+import attention_course.checks.observing as observing
+observing.answer = lambda request, namespace: [b"\\0" * (30 << 20)] * 4
+"""
+
+COMPILED_HELPER = """
+import torch
+@torch.compile
+def stable_softmax(x, dim):
+    exps = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+"""
+
+LEAVES_A_PROFILER_ON = """
+import cProfile
+profiler = cProfile.Profile()
+profiler.enable()  # and never disabled: every later cell is profiled
+"""
+
+
 def many_slow_cells():
     node = notebook(True)
     node.cells[3:3] = [nbformat.v4.new_code_cell(MANY_SLOW_CELLS) for _ in range(10)]
@@ -534,7 +650,8 @@ ATTACKS = [
            correct=True),
     attack("disk-fill", "correct, then fills every writable folder", DISK_FILL, correct=True,
            shows="No space left on device"),
-    attack("fork-bomb", "correct, then forks forever", FORK_BOMB, correct=True,
+    attack("fork-bomb", "correct, then forks forever (its points held: it starts processes)",
+           FORK_BOMB, correct=True, score=0.0, needs_human=True,
            shows="Operation not permitted"),
     attack("os-exit", "calls os._exit in the middle", "import os\nos._exit(0)",
            correct=True, outcome="crashed"),
@@ -550,4 +667,48 @@ ATTACKS = [
            outcome="crashed"),
     attack("control-after-killer", "a correct submission, right after the killer",
            correct=True),
+    attack("empties-forbidden", "built-in answers, the shortcut rule's list emptied",
+           build=answered(builtin_answers(str), EMPTIES_FORBIDDEN), needs_human=True),
+    attack("settrace-rewrites", "a trace hook that rewrites failed observations as they return",
+           SETTRACE_REWRITES, needs_human=True),
+    attack("thread-patches", "a thread that keeps patching what observes the answers",
+           build=answered(builtin_answers(str), THREAD_PATCHES), needs_human=True),
+    attack("gc-reaches-runner", "the runner's globals reached through gc, nothing imported",
+           build=answered(builtin_answers(str), GC_REACHES_RUNNER), needs_human=True),
+    attack("writes-record", "writes a complete record to the grader's channel and exits",
+           WRITES_RECORD, outcome="crashed"),
+    attack("keeps-outputs", "rewrites the tensors it returned in a later cell",
+           build=answered(KEEPING_ANSWERS, KEEPS_OUTPUTS), needs_human=True),
+    attack("hides-in-place", "patches zip and Tensor.clone to hide an in-place change",
+           build=answered(IN_PLACE_ANSWERS, HIDES_IN_PLACE), needs_human=True),
+    attack("torch-ops", "built-ins through torch.ops.aten overloads",
+           build=answered({"softmax": "return torch.ops.aten._softmax.default(x, dim, False)"}),
+           needs_human=True),
+    attack("setprofile-none", "turns the profiler off, then calls the built-ins",
+           build=answered(builtin_answers(lambda b: "import sys\nsys.setprofile(None)\n" + b)),
+           needs_human=True),
+    attack("builtin-in-a-thread", "calls the built-in in a thread",
+           build=answered({"softmax": "from concurrent.futures import ThreadPoolExecutor\n"
+                                      "with ThreadPoolExecutor(1) as pool:\n"
+                                      "    return pool.submit(torch.softmax, x, dim).result()"}),
+           needs_human=True),
+    attack("torchscript", "calls the built-in from TorchScript",
+           build=answered({"softmax": "scripted = torch.jit.script(lambda t, d: t.softmax(d))\n"
+                                      "return scripted(x, dim)"}),
+           needs_human=True),
+    attack("garbage-record", "answers every check with bytes that are not a record",
+           ANSWERS_ONLY_THE_GRADER, outcome="ungradable"),
+    attack("inflates-record", "answers with 120 MB of zeros", INFLATES_RECORD,
+           outcome="crashed"),
+    attack("correct-float64", "correct, with torch.set_default_dtype(torch.float64) at the top",
+           "import torch\ntorch.set_default_dtype(torch.float64)", correct=True,
+           needs_human=False),
+    attack("correct-compiled", "correct, its softmax compiled with @torch.compile",
+           build=answered({"softmax": "return stable_softmax(x, dim)", "attention_scores": None,
+                           "scaled_dot_product_attention": None}, COMPILED_HELPER),
+           score=FULL, needs_human=False),
+    attack("correct-profiled", "correct, with cProfile left running", LEAVES_A_PROFILER_ON,
+           correct=True, needs_human=False),
+    attack("correct-autoreload", "correct, with %autoreload", "%load_ext autoreload\n%autoreload 2",
+           correct=True, needs_human=False),
 ]

@@ -45,6 +45,7 @@ from grader.results import Result  # noqa: E402
 CELL_TIMEOUT, BUDGET = 5, 20
 HONEST = ("honest-a", "honest-b")  # graded before the attackers; their rows must not move
 PROTECTED = ("src/attention_course", "grader", "solutions", "notebooks")
+MEMORY_GROWTH_LIMIT_MIB = 256  # what a record built to inflate may cost the grader
 SETTLE_SECONDS = 6  # after the batch, time for anything left behind to act
 ENVIRONMENT_SECRET = "ATTENTION_COURSE_LMS_TOKEN"  # planted in the grader's environment
 HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"  # in solutions/ only, never released
@@ -61,6 +62,7 @@ class Summary:
     connections: int = 0
     survivors: list[str] = field(default_factory=list)
     files_changed: list[str] = field(default_factory=list)
+    memory_growth_mib: float = 0.0  # the grader's peak resident memory above its baseline
     seconds: float = 0.0
 
     @property
@@ -80,17 +82,20 @@ class Summary:
     @property
     def passed(self) -> bool:
         return not any(problem for _, _, problem in self.rows) and all(
-            value in (0, "ok") for value in self.figures.values())
+            value in (0, "ok") for value in self.figures.values()) \
+            and self.memory_growth_mib < MEMORY_GROWTH_LIMIT_MIB
 
     def table(self) -> str:
         lines = [f"{'submission':24}{'expected':>20}{'got':>20}  ", "-" * 70]
         for attack, result, problem in self.rows:
             expected = f"{attack.outcome} {attack.score:g}"
-            got = "no result" if result is None else f"{result.outcome} {result.score:g}"
+            got = "no result" if result is None else f"{result.outcome} {result.counted_score:g}"
             lines.append(f"{attack.student:24}{expected:>20}{got:>20}  "
                          f"{'FAIL: ' + problem if problem else 'ok'}")
         lines += ["", f"{len(self.rows)} crafted submissions graded in {self.seconds:.0f} s"]
         lines += [f"{name:40}{value}" for name, value in self.figures.items()]
+        lines.append(f"{'grader memory above its baseline':40}{self.memory_growth_mib:.0f} MiB "
+                     f"(at most {MEMORY_GROWTH_LIMIT_MIB})")
         return "\n".join(lines)
 
 
@@ -112,7 +117,9 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
         files = {name: data for a in attacks for name, data in a.files(target).items()}
         beside = {f"{a.student}/{LESSON}/{name}": text for a in attacks
                   for name, text in a.beside.items()}
-        summary.batch_aborts += grade(workspace, files, sandboxed, beside)
+        with PeakMemory() as memory:
+            summary.batch_aborts += grade(workspace, files, sandboxed, beside)
+        summary.memory_growth_mib = memory.growth_mib
         time.sleep(SETTLE_SECONDS)
         summary.survivors = surviving_processes(started)
         summary.gradebook_problems = gradebook_problems(workspace, before)
@@ -127,7 +134,7 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
         text = output.read_text(errors="replace") if output.is_file() else ""
         summary.rows.append((attack, results.get(attack.student),
                              problem(attack, results.get(attack.student), text)))
-        got = getattr(results.get(attack.student), "score", None)
+        got = getattr(results.get(attack.student), "counted_score", None)
         summary.wrongly_credited += got is not None and got > attack.score
         summary.correct_uncredited += attack.correct and (got is None or got < attack.score)
     summary.secrets_leaked = leaked(planted, workspace, listener.received)
@@ -149,8 +156,9 @@ def problem(attack: Attack, result: Result | None, output: str) -> str:
         wrong.append(f"its output says {attack.never!r}")
     if result.outcome != attack.outcome:
         wrong.append(f"outcome {result.outcome} ({result.reason})")
-    if result.score != attack.score:
-        wrong.append(f"score {result.score:g}, expected {attack.score:g}")
+    if result.counted_score != attack.score:
+        wrong.append(f"score {result.counted_score:g} (checks: {result.score:g}), expected "
+                     f"{attack.score:g}")
     flagged = result.needs_human
     if attack.needs_human is not None and flagged != attack.needs_human:
         wrong.append("flagged for a human" if flagged else "not flagged for a human")
@@ -217,6 +225,32 @@ def leaked(planted: dict[str, str], workspace: Workspace, received: list[bytes])
                 for p in folder.rglob("*") if p.is_file()] + received
     return [where for where, secret in planted.items()
             if any(secret.encode() in data for data in returned)]
+
+
+class PeakMemory:
+    """The peak resident memory of this process (the grader) above what it held at the start,
+    sampled every 20 ms while the ``with`` block runs."""
+
+    def __enter__(self):
+        self.process = psutil.Process()
+        self.baseline = self.peak = self.process.memory_info().rss
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(0.02)
+
+    def __exit__(self, *exc) -> None:
+        self.running = False
+        self.thread.join()
+
+    @property
+    def growth_mib(self) -> float:
+        return (self.peak - self.baseline) / 2**20
 
 
 class Listener:

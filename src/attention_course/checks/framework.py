@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .errors import explain_error
 from .observing import Case, Observation, as_tuple, clone, detach, observe
 from .shortcuts import Forbidden
 
@@ -111,7 +112,13 @@ def judge(exercise: Exercise, case: Case, observation: Observation, expected: Ob
                               f"basic tensor operations (earlier lessons' functions are fine).",
                        mistake="shortcut")
     if observation.error:
-        return Verdict(False, f"{name} raised {observation.error}\n  tested: {where}")
+        message = f"{name} raised {observation.error}\n  tested: {where}"
+        known = explain_error(name, observation.error)
+        if known is None:
+            return Verdict(False, message)
+        mistake, hint = known
+        return Verdict(False, f"{message}\n  This is a known mistake: \"{mistake}\".\n"
+                              f"  Hint: {hint}", mistake=mistake)
     if observation.modified_inputs:
         return Verdict(False, f"{name} modified its input `{observation.modified_inputs[0]}` in "
                               f"place.\n  tested: {where}\n  Hint: use out-of-place operations "
