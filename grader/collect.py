@@ -31,11 +31,14 @@ Whose file it is comes from the LMS's naming, read as each LMS documents or writ
   ``submission_<id>/`` with the submitted files inside, and ``submission_metadata.yml`` beside
   them mapping each folder to ``:submitters:`` (each with ``:name:``, ``:sid:``, ``:email:``)
   and ``:created_at:``, the submission time. A group submission lists several submitters: each
-  gets the notebook. Students are known by SID, else e-mail, else name.
+  gets the notebook. Students are known by SID, else e-mail, else name. Gradescope does not
+  publish this layout; it is what its exports hold (written from Ruby, hence the ``:key``
+  names), the same layout otter-grader's Gradescope reader relies on.
 - **Google Classroom / Drive**: "Make a copy for each student" names each student's copy
-  ``<Full Name> - <title>``; a Drive download of a folder keeps Drive's folder tree, so per-student
-  folders ``<Full Name>/<file>`` work too. Classroom gives names only, no ids: the roster, or the
-  name itself, is the student.
+  ``<Full Name> - <title>`` (Classroom's behaviour, not a documented format); a Drive download of
+  a folder keeps Drive's folder tree, so per-student folders ``<Full Name>/<file>`` work too.
+  Classroom gives names only, no ids: the roster, or the name itself, is the student, and two
+  students of one name cannot be told apart (the table says so where it matters).
 - **nbgrader's exchange** (``nbgrader submit``): ``inbound/<student id>+<assignment>+<timestamp>``
   with ``+<random string>`` at the end since nbgrader 0.7 (``add_random_string``), the submitted
   files inside, and ``timestamp.txt`` holding the submission time (format
