@@ -367,6 +367,19 @@ def test_files_keep_the_newest_never_unpack_a_zip_as_other_students_and_refuse_b
     assert {student for student, _ in got} == {"s07", "s09", "s12", "s14", "s15"}
 
 
+def test_a_damaged_entry_is_skipped_and_the_class_is_still_collected(tmp_path, capsys):
+    damaged = notebook(L02, "damaged")
+    download = zip_of(tmp_path / "class.zip", {"s07_02.ipynb": damaged,
+                                               "s08_02.ipynb": notebook(L02, "fine")})
+    raw = download.read_bytes()
+    at = raw.index(damaged) + len(damaged) // 2
+    download.write_bytes(raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:])  # its CRC fails
+    workspace = Workspace(tmp_path / "course")
+    status, out = run(workspace, download, capsys=capsys)
+    assert status == 1 and set(submitted(workspace)) == {("s08", L02)}
+    assert "cannot be read" in row(out, "s07_02.ipynb")
+
+
 def test_lesson_option_refuses_another_lessons_notebook_and_files_unreadable_ones(
         tmp_path, capsys):
     download = zip_of(tmp_path / "02.zip", {
@@ -421,6 +434,19 @@ def test_a_second_download_adds_and_supersedes_and_makes_no_phantom_students(tmp
 
 
 # ---------------------------------------------------------------- ids, names, the command
+
+def test_zip_names_written_as_utf8_without_the_flag_are_read_as_utf8(tmp_path, capsys):
+    name = "Zoë Ñandú_56_assignsubmission_file_02_scaled_dot_product.ipynb"
+    placeholder = "x" * len(name.encode("utf-8"))
+    download = zip_of(tmp_path / "moodle.zip", {placeholder: notebook(L02, "zoë")})
+    raw = download.read_bytes()
+    download.write_bytes(raw.replace(placeholder.encode(), name.encode("utf-8")))
+    with zipfile.ZipFile(download) as archive:
+        assert archive.namelist() != [name]  # what zipfile makes of it: cp437
+    workspace = Workspace(tmp_path / "course")
+    status, out = run(workspace, download, capsys=capsys)
+    assert status == 0 and cell(row(out, name), "zoe-nandu")
+
 
 @pytest.mark.parametrize(("raw", "expected"), [
     ("s07", "s07"), ("jane.doe@example.edu", "jane.doe@example.edu"), ("Zoë", "Zoe"),
