@@ -5,6 +5,7 @@ compares it with the reference implementation, prints one ``ok:`` line when ever
 matches, and otherwise raises ``AssertionError`` saying what was tested, what went wrong and,
 when the output matches a catalogued mistake, its name and a hint. It never shows the solution.
 The check cells of the notebooks and the graded tests call the same functions.
+``check_prediction`` answers the lessons' "Predict first" questions; it grades nothing.
 
 Each lesson's checks live in ``lessonNN.py``; every module of that name is found and its
 ``check_*`` functions are exported here.
@@ -13,6 +14,7 @@ Each lesson's checks live in ``lessonNN.py``; every module of that name is found
 import importlib
 import pkgutil
 
+from .predictions import check_prediction
 from .restart import install as install_restart_hint
 
 MODULES = tuple(importlib.import_module(f"{__name__}.{found.name}")
@@ -21,5 +23,6 @@ MODULES = tuple(importlib.import_module(f"{__name__}.{found.name}")
 CHECKS = {name: function for module in MODULES for name, function in vars(module).items()
           if name.startswith("check_") and getattr(function, "__module__", None) == module.__name__}
 globals().update(CHECKS)
-__all__ = list(CHECKS)  # in lesson order
+# the graded checks in lesson order, then the "Predict first" answers (no points, not in CHECKS)
+__all__ = [*CHECKS, "check_prediction"]
 install_restart_hint()  # in a notebook, a NameError says to run the cells above
