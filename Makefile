@@ -3,7 +3,7 @@
 #   make test   install if needed, then run the whole test suite
 #   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
 #   make demo   grade a synthetic class of 30 students and write its report (instructors)
-#   make adversarial  grade 47 crafted attacks on the grader and summarise what they got
+#   make adversarial  grade 64 crafted attacks on the grader and summarise what they got
 # Each target installs what it needs and no more: `make lab` the course's runtime alone.
 
 PYTHON ?= python3

@@ -38,7 +38,7 @@ from attention_course import lessons as registry
 
 from . import package, sandbox
 from .course import Lesson, Workspace
-from .inspection import inspect_submission
+from .inspection import answer_tokens, inspect_submission
 from .results import Outcome, Result, not_graded
 from .submissions import Submission, Ungradable, plan, read_notebook
 from .verdicts import MAX_RECORD_BYTES, Exchange, ExchangeFailed, Unreadable, judge_cell
@@ -225,7 +225,7 @@ def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace:
     return Result(submission.student, submission.lesson, Outcome.GRADED, "",
                   tuple(judged[cell.grade_id] for cell in lesson.cells), lesson.max_score,
                   tuple(inspect_submission(notebook, lesson)),
-                  round(time.monotonic() - started, 2))
+                  round(time.monotonic() - started, 2), answer_tokens(notebook, lesson))
 
 
 def failed(submission: Submission, lesson: Lesson, outcome: Outcome, reason: str,

@@ -60,6 +60,31 @@ def inspect_submission(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[
     return flags
 
 
+def answer_tokens(notebook: nbformat.NotebookNode, lesson: Lesson) -> dict[str, str]:
+    """The student's answer to each exercise of ``lesson`` (its function, or its class's
+    ``forward``) as tokens that renaming does not change, for comparing students."""
+    released = released_source(lesson.name)
+    wanted = _reference_tokens(lesson.name)
+    answers = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or cell.source in released:
+            continue
+        tree = _parse(cell.source)
+        for node in ast.walk(tree) if tree is not None else ():
+            for child in ast.iter_child_nodes(node):
+                child.parent = node
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef) and _answer_name(node) in wanted:
+                answers[_answer_name(node)] = " ".join(_tokens(node))
+    return answers
+
+
+def _answer_name(definition: ast.FunctionDef) -> str:
+    owner = getattr(definition, "parent", None)
+    return f"{owner.name}.{definition.name}" if isinstance(owner, ast.ClassDef) \
+        else definition.name
+
+
 def _parse(source: str) -> ast.Module | None:
     try:
         return ast.parse(TransformerManager().transform_cell(source))
@@ -157,9 +182,7 @@ def _exercise_builtins(lesson: Lesson) -> set[str]:
 def _copied(definition: ast.FunctionDef, lesson: Lesson) -> list[str]:
     """A flag if ``definition`` is the lesson's reference of the same name, renamed (for a
     class the student completes, its ``forward``)."""
-    owner = getattr(definition, "parent", None)
-    name = f"{owner.name}.{definition.name}" if isinstance(owner, ast.ClassDef) \
-        else definition.name
+    name = _answer_name(definition)
     reference = _reference_tokens(lesson.name).get(name)
     if reference is None:
         return []

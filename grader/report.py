@@ -9,7 +9,9 @@ nothing from anywhere.
 
 import base64
 import csv
+import difflib
 import io
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -264,7 +266,60 @@ def lesson_cell(result: Result | None) -> LessonCell:
         return LessonCell("missing", missing=True)
     if result.outcome is not Outcome.GRADED:
         return LessonCell(f"0 ({result.outcome.value})")
+    if result.held:
+        return LessonCell(f"0 (held: {format_points(result.score)})")
     return LessonCell(format_points(result.score))
+
+
+# -- answers that look alike -----------------------------------------------------------------------
+
+SIMILAR = 0.95  # token similarity from which two answers count as near-identical
+SHORTEST_COMPARED = 12  # tokens: shorter answers look alike whenever they are right
+FUZZY_UP_TO = 200  # submissions of a lesson compared pairwise; above, only identical answers
+
+
+class AlikePair(NamedTuple):
+    lesson: str
+    students: tuple[str, str]
+    alike: int  # exercises whose answers are near-identical (all compared ones)
+    similarity: float  # the lowest among them
+
+
+def alike_pairs(results: list[Result]) -> list[AlikePair]:
+    """Pairs of students of one lesson whose every answer (two at least, each long enough to
+    tell) is the other's up to renaming: identical token sequences, or at least ``SIMILAR``
+    alike where the lesson has at most ``FUZZY_UP_TO`` submissions."""
+    pairs = []
+    for lesson, group in itertools.groupby(sorted(results, key=lambda r: (r.lesson, r.student)),
+                                           key=lambda r: r.lesson):
+        answered = [r for r in group if len(_compared(r.answers)) >= 2]
+        fuzzy = len(answered) <= FUZZY_UP_TO
+        for first, second in _candidates(answered, fuzzy):
+            shared = _compared(first.answers).keys() & _compared(second.answers).keys()
+            ratios = [_similarity(first.answers[n], second.answers[n], fuzzy) for n in shared]
+            if len(shared) >= 2 and min(ratios) >= SIMILAR:
+                pairs.append(AlikePair(lesson, (first.student, second.student), len(shared),
+                                       min(ratios)))
+    return sorted(pairs, key=lambda p: (-p.alike, -p.similarity, p.lesson, p.students))
+
+
+def _compared(answers: dict[str, str]) -> dict[str, str]:
+    return {n: a for n, a in answers.items() if len(a.split()) >= SHORTEST_COMPARED}
+
+
+def _candidates(answered: list[Result], fuzzy: bool):
+    if fuzzy:
+        return itertools.combinations(answered, 2)
+    same = defaultdict(list)  # identical answers only: one pass, not every pair
+    for result in answered:
+        same[tuple(sorted(_compared(result.answers).items()))].append(result)
+    return (pair for group in same.values() for pair in itertools.combinations(group, 2))
+
+
+def _similarity(a: str, b: str, fuzzy: bool) -> float:
+    if a == b or not fuzzy:
+        return float(a == b)
+    return difflib.SequenceMatcher(None, a.split(), b.split(), autojunk=False).ratio()
 
 
 def student_rows(results: list[Result],
@@ -291,6 +346,7 @@ def sections(results: list[Result], lessons: Lessons) -> dict:
         "mistakes_plot": png_data_uri(mistakes_figure(mistakes)) if mistakes else None,
         "mistakes": [(mistake, times, places_text(places)) for mistake, times, places in mistakes],
         "flagged": flagged(results),
+        "alike": alike_pairs(results),
         "lessons": names,
         "students": student_rows(results, names),
     }

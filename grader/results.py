@@ -6,7 +6,7 @@ must look at: a submission that could not be graded, or one whose kernel showed 
 """
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 
@@ -48,6 +48,7 @@ class Result:
     max_score: float
     flags: tuple[str, ...] = ()  # what its source shows a human should look at
     seconds: float = 0.0
+    answers: dict[str, str] = field(default_factory=dict)  # exercise -> its code as tokens
 
     @property
     def score(self) -> float:
@@ -79,7 +80,8 @@ class Result:
             outcome=Outcome(data["outcome"]), reason=str(data.get("reason") or ""),
             exercises=tuple(ExerciseResult(**e) for e in data["exercises"]),
             max_score=float(data["max_score"]), flags=tuple(data.get("flags", ())),
-            seconds=float(data.get("seconds", 0.0)))
+            seconds=float(data.get("seconds", 0.0)),
+            answers={str(k): str(v) for k, v in dict(data.get("answers", {})).items()})
 
     @classmethod
     def from_json(cls, text: str) -> "Result":

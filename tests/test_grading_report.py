@@ -10,6 +10,7 @@ import pytest
 
 from grader.feedback import feedback_html, write_feedback
 from grader.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
+from grader import report as class_report
 from grader.report import TEMPLATES, write_report
 from grader.results import ExerciseResult, Outcome, Result, not_graded
 
@@ -54,7 +55,7 @@ CLASS = [
 EXPECTED_GRADES = {  # student: (01_intro, 02_next, 03_nobody, total)
     "s01": ("5", "1", "0", "6"),
     "s02": ("2", "0", "0", "2"),
-    "s03": ("2.5", "0", "0", "2.5"),
+    "s03": ("0", "0", "0", "0"),  # flagged: its 2.5 points are held for a human
     "s04": ("0", "0", "0", "0"),
     "s05": ("0", "0", "0", "0"),
 }
@@ -119,7 +120,7 @@ def test_students_table_shows_the_csv_numbers_and_missing_lessons(report):
     students = tables(page)["students"]
     assert students[0] == rows[0]
     shown = {row[0]: row[1:] for row in students[1:]}
-    assert shown["s03"] == ["2.5", "missing", "missing", "2.5"]
+    assert shown["s03"] == ["0 (held: 2.5)", "missing", "missing", "0"]
     assert shown["s02"] == ["2", "0 (crashed)", "missing", "2"]
     for row in rows[1:]:
         numbers = [re.sub(r"missing| \(.*\)", "", text) or "0" for text in shown[row[0]]]
@@ -255,3 +256,42 @@ def test_feedback_files_use_nbgraders_layout_and_rewrite_identically(tmp_path):
 def test_feedback_refuses_names_that_are_not_a_single_folder(tmp_path):
     with pytest.raises(ValueError):
         write_feedback([result("../s01", "01_intro", [], outcome=Outcome.CRASHED)], tmp_path)
+
+
+# ---------------------------------------------------------------- answers that look alike
+
+def with_answers(student: str, answers: dict[str, str]) -> Result:
+    exercise = ExerciseResult("check_softmax", 2.0, 2.0, True, "ok")
+    return Result(student, "02_scaled_dot_product", Outcome.GRADED, "", (exercise,), 2.0,
+                  answers=answers)
+
+
+LONG = " ".join(f"Name v{i % 4} Attribute amax" for i in range(8))
+
+
+def test_pairs_whose_every_answer_is_alike_are_listed_highlighted_in_the_report():
+    other = LONG.replace("amax", "amin", 1)
+    results = [with_answers("ann", {"softmax": LONG, "attention_scores": LONG + " x"}),
+               with_answers("bob", {"softmax": LONG, "attention_scores": LONG + " x"}),
+               with_answers("cy", {"softmax": other, "attention_scores": LONG + " x"}),
+               with_answers("dee", {"softmax": "Return v0", "attention_scores": LONG})]
+    pairs = class_report.alike_pairs(results)
+    assert [p.students for p in pairs] == [("ann", "bob"), ("ann", "cy"), ("bob", "cy")]
+    assert pairs[0].similarity == 1.0 and pairs[1].similarity < 1.0
+    page = class_report.report_html(results, {})
+    assert 'class="highlight"' in page and "ann and bob" in page
+
+
+def test_answers_too_short_to_tell_or_too_few_are_not_compared():
+    results = [with_answers(s, {"softmax": "Return v0 Name v1", "scores": LONG})
+               for s in ("ann", "bob")]
+    assert class_report.alike_pairs(results) == []
+
+
+def test_a_large_class_compares_identical_answers_only(monkeypatch):
+    monkeypatch.setattr(class_report, "FUZZY_UP_TO", 2)
+    other = LONG.replace("amax", "amin", 1)
+    results = [with_answers("ann", {"a": LONG, "b": LONG}),
+               with_answers("bob", {"a": LONG, "b": LONG}),
+               with_answers("cy", {"a": other, "b": LONG})]
+    assert [p.students for p in class_report.alike_pairs(results)] == [("ann", "bob")]
