@@ -63,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--format", default="auto", choices=("auto", *collect.FORMATS),
                      help="the download's layout (default: detected)")
     sub.add_argument("--dry-run", action="store_true", help="print the table, write nothing")
+    sub.add_argument("--again", action="store_true", help="read a download collected before "
+                     "once more (notebooks already in the workspace stay as they are)")
     sub = command("grade", run_grade, "grade every submission, in parallel")
     sub.add_argument("--lesson", action="append", help="only this lesson (repeatable)")
     sub.add_argument("--student", action="append", help="only this student (repeatable)")
@@ -101,7 +103,8 @@ def run_collect(args, workspace: Workspace) -> None:
     try:
         roster = collect.Roster.read(args.roster) if getattr(args, "roster", None) else None
         done = collect.collect(args.zip, workspace, roster, args.lesson,
-                               getattr(args, "format", "auto"), getattr(args, "dry_run", False))
+                               getattr(args, "format", "auto"), getattr(args, "dry_run", False),
+                               getattr(args, "again", False))
     except collect.CollectError as err:
         raise SystemExit(f"collect: {err}") from None
     if done.rows:

@@ -803,8 +803,10 @@ class Collection:
 
 
 def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
-            lesson: str | None = None, fmt: str = "auto", dry_run: bool = False) -> Collection:
-    """Collect one download into the workspace's submitted/ folder; see the module docstring."""
+            lesson: str | None = None, fmt: str = "auto", dry_run: bool = False,
+            again: bool = False) -> Collection:
+    """Collect one download into the workspace's submitted/ folder; see the module docstring.
+    A download collected before is not read again unless ``again``."""
     source = Path(source)
     lessons = lesson_names()
     if lesson is not None and lesson not in lessons:
@@ -816,7 +818,7 @@ def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
         raise CollectError(f"{source} does not exist")
     manifest = Manifest.load(workspace)
     digest = download_hash(source)
-    if digest in manifest.archives:
+    if digest in manifest.archives and not again:
         seen = manifest.archives[digest]
         return Collection(source.name, seen.get("format", "files"), [],
                           already=f"on {seen['collected']} as {seen['name']}")
@@ -1098,13 +1100,19 @@ def _supersede(candidates: list[Candidate], manifest: "Manifest",
                 why += f"; or a second student named {loser.identity.name!r}, which " \
                        f"{FORMAT_NAMES[loser.identity.lms]} cannot tell: check"
             loser.row.details.insert(0, f"by {winner.entry.path} ({why})")
-        record = manifest.submissions.get(f"{student}/{lesson}")
         notebook = workspace.submitted / student / lesson / f"{lesson}.ipynb"
+        current = hashlib.sha256(notebook.read_bytes()).hexdigest() \
+            if notebook.is_file() else None
+        record = manifest.submissions.get(f"{student}/{lesson}")
+        if current == winner.sha256:
+            winner.row.outcome = "unchanged"
+            winner.row.details.insert(0, f"already collected from {record['archive_name']}"
+                                      if record else "already in submitted/")
+            manifest.adopt(winner)
+            continue
+        if record is not None and record["sha256"] != current:
+            record = None  # submitted/ was changed by hand since: what is there now counts
         if record is not None:
-            if record["sha256"] == winner.sha256:
-                winner.row.outcome = "unchanged"
-                winner.row.details.insert(0, f"already collected from {record['archive_name']}")
-                continue
             before = _as_utc(record.get("time"))
             if before and winner.found.time and winner.found.time <= before:
                 winner.row.outcome = "superseded"
@@ -1116,12 +1124,7 @@ def _supersede(candidates: list[Candidate], manifest: "Manifest",
                 f"replaces {record['entry']} from {record['archive_name']}"
                 + ("" if before and winner.found.time else " (times unknown: the later download"
                    " wins)"))
-        elif notebook.is_file():
-            if hashlib.sha256(notebook.read_bytes()).hexdigest() == winner.sha256:
-                winner.row.outcome = "unchanged"
-                winner.row.details.insert(0, "already in submitted/")
-                manifest.adopt(winner)
-                continue
+        elif current is not None:
             winner.row.details.append("replaces a notebook this command did not collect")
         original = winner.found.original.rsplit("/", 1)[-1]
         if original != f"{lesson}.ipynb":

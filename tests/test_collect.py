@@ -431,6 +431,17 @@ def test_a_second_download_adds_and_supersedes_and_makes_no_phantom_students(tmp
                 "superseded")
     assert status == 1  # Cy's notes alone are no notebook: said so, not passed over
     assert len(list(workspace.submitted.iterdir())) == 3
+    # a notebook removed by hand comes back when the download is read again on purpose
+    (workspace.submitted / "bob-smith" / L02 / f"{L02}.ipynb").unlink()
+    status, out = run(workspace, second, capsys=capsys)
+    assert "collected before" in out and ("bob-smith", L02) not in submitted(workspace)
+    status, out = run(workspace, second, "--again", capsys=capsys)
+    assert status == 0 and set(submitted(workspace)) == {
+        ("ann-lee", L02), ("bob-smith", L02), ("cy-young", L02)}
+    assert cell(row(out, "Bob Smith_92_assignsubmission_file/02_scaled_dot_product.ipynb"),
+                "collected")
+    assert cell(row(out, "Cy Young_93_assignsubmission_file/02_scaled_dot_product.ipynb"),
+                "unchanged")
 
 
 # ---------------------------------------------------------------- ids, names, the command
