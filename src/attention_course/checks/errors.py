@@ -137,10 +137,10 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "scale=None used as a number",
                "scale=None means the default 1/sqrt(D): replace None by it before scaling, and "
                "use a scale the caller gives as it is."),
-    KnownError(MASKS, r"'NoneType' object has no attribute|bad operand type for unary ~: "
-                      r"'NoneType'|unsupported operand type\(s\) for .*'NoneType'|"
-                      r"masked_fill\(\) received an invalid combination of arguments - got "
-                      r"\(NoneType",
+    KnownError(MASKS - {"to_mha_mask"},
+               r"'NoneType' object has no attribute|bad operand type for unary ~: 'NoneType'|"
+               r"unsupported operand type\(s\) for .*'NoneType'|masked_fill\(\) received an "
+               r"invalid combination of arguments - got \(NoneType",
                "attn_mask=None not handled",
                "attn_mask=None means no mask at all: test for None before using the mask."),
     KnownError(MASKS, r"masked_fill_? only supports boolean masks|\"bitwise_(and|or|xor|not)_"
