@@ -44,6 +44,16 @@ EMPTY_ROWS_NAN = Mistake(
     "fully masked rows give NaN",
     "A query with no allowed key has a row of -inf scores, and softmax gives NaN there. Set "
     "such rows' weights to 0 (as F.scaled_dot_product_attention does).", {"empty_rows": "nan"})
+CAUSAL_IGNORED_WITH_FLOAT_MASK = Mistake(
+    "is_causal ignored when attn_mask is a float mask",
+    "is_causal=True applies with a float mask too. A bool causal mask and a float mask do not "
+    "combine with &: turn the causal mask into 0 / -inf and add both to the scores.",
+    {"causal": "without_float_mask"})
+EMPTY_ROWS_NAN_WITH_FLOAT_MASK = Mistake(
+    "rows hidden by a float mask give NaN",
+    "A float mask can hide a whole row too (all -inf). Find the rows with no allowed key from "
+    "the masked scores themselves, whatever the kind of mask, and give them zero weights.",
+    {"empty_rows": "nan_with_float_mask"})
 CAUSAL_IGNORED_WITH_MASK = Mistake(
     "is_causal ignored when attn_mask is given",
     "is_causal=True and attn_mask apply together: a key is visible only if both allow it, "
@@ -212,8 +222,10 @@ def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False,
     scores = scores_variant(query, key, scale, honour_scale=honour_scale)  # (B, H, T, S)
     T, S = scores.shape[-2:]
     causal_mask = causal_variant(T, S, transposed=causal == "transposed")
+    float_mask_given = attn_mask is not None and attn_mask.dtype != torch.bool
     hide_future = is_causal and (causal in ("lower", "transposed")
-                                 or causal == "without_mask" and attn_mask is None)
+                                 or causal == "without_mask" and attn_mask is None
+                                 or causal == "without_float_mask" and not float_mask_given)
     attn_mask = attn_mask if use_mask else None
     if hide_future:
         attn_mask = masks.combine_masks(causal_mask, attn_mask)
@@ -223,7 +235,7 @@ def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False,
         return weights @ value, weights
     scores = apply_variant(scores, attn_mask, inverted=inverted, fill=fill, float_mask=float_mask)
     weights = torch.softmax(scores, dim=softmax_dim)
-    if empty_rows == "zero":
+    if empty_rows == "zero" or empty_rows == "nan_with_float_mask" and not float_mask_given:
         weights = weights.nan_to_num(0.0)
     return weights @ value, weights
 
@@ -245,11 +257,11 @@ MASKED_ATTENTION = Exercise(
         Mistake("mask applied after the softmax",
                 "Zeroing weights after the softmax leaves rows that no longer sum to 1. Mask "
                 "the scores (with -inf) before the softmax.", {"after_softmax": True}),
-        EMPTY_ROWS_NAN,
+        EMPTY_ROWS_NAN, EMPTY_ROWS_NAN_WITH_FLOAT_MASK,
         Mistake("is_causal ignored",
                 "When is_causal=True, also hide the future (combined with attn_mask if both "
                 "are given).", {"causal": "ignored"}),
-        CAUSAL_IGNORED_WITH_MASK,
+        CAUSAL_IGNORED_WITH_MASK, CAUSAL_IGNORED_WITH_FLOAT_MASK,
         Mistake(CAUSAL_TRANSPOSED.name, CAUSAL_TRANSPOSED.hint, {"causal": "transposed"}),
         Mistake("attn_mask ignored",
                 "Apply attn_mask to the scores before the softmax (and combine it with the "
