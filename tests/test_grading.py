@@ -151,6 +151,11 @@ def test_each_catalogued_mistake_loses_its_points_and_is_named(graded, lesson, n
     assert MISTAKES[name][1] in exercise.mistake, exercise.message
 
 
+def test_a_renamed_notebook_is_known_by_its_content_and_graded(graded):
+    result = graded[1]["renamed", L01]  # "Copy of 01_....ipynb": collect names it as released
+    assert (result.outcome, result.score) == ("graded", COURSE[L01].max_score)
+
+
 def test_exercises_without_a_planted_mistake_keep_their_points(graded):
     result = graded[1]["mistaken", L01]  # one_hot_embedding has no planted mistake
     assert points(result)["check_one_hot_embedding"] == 2
@@ -158,7 +163,6 @@ def test_exercises_without_a_planted_mistake_keep_their_points(graded):
 
 @pytest.mark.parametrize(("student", "reason"), [
     ("malformed", "not valid JSON"), ("empty", "is empty"),
-    ("renamed", f"renamed notebook: found Copy of {L01}.ipynb"),
     ("notebookless", "not a Jupyter notebook"), ("future", "unknown nbgrader metadata version 99")])
 def test_broken_files_are_ungradable_with_a_reason(graded, student, reason):
     result = graded[1][student, L01]

@@ -96,7 +96,8 @@ class Harnessed:
 # ---------------------------------------------------------------- judging, no student code
 
 def judge(exercise: Exercise, case: Case, observation: Observation, expected: Observation,
-          others: Sequence[tuple[Case, Observation]] = ()) -> Verdict:
+          others: Sequence[tuple[Case, Observation]] = (),
+          right: Sequence[tuple[Case, Observation]] = ()) -> Verdict:
     """Compare an observation of the student's code with the reference's on the same case.
 
     ``others`` are the student's observations on the other cases; they settle a diagnosis when
@@ -128,7 +129,7 @@ def judge(exercise: Exercise, case: Case, observation: Observation, expected: Ob
         return Verdict(False, f"{name}: {problem}\n  tested: {where}") if problem else Verdict(True)
     problem = _output_problem(exercise, observation.outputs, expected.outputs)
     if problem:
-        return _explain(exercise, case, observation, expected, problem, others)
+        return _explain(exercise, case, observation, expected, problem, others, right)
     if case.grad:
         problem = _gradient_problem(observation.grads, expected.grads)
         if problem:
@@ -200,11 +201,13 @@ def _gradient_problem(got: dict, expected: dict) -> str | None:
 # ---------------------------------------------------------------- diagnosis
 
 def diagnose(exercise: Exercise, case: Case, got: tuple, expected: tuple,
-             others: Sequence[tuple[Case, Observation]] = ()) -> list[Mistake] | None:
+             others: Sequence[tuple[Case, Observation]] = (),
+             right: Sequence[tuple[Case, Observation]] = ()) -> list[Mistake] | None:
     """The catalogued mistake (or pair of mistakes) that explains ``got``, if any.
 
-    Single mistakes are preferred to pairs; among several that explain ``got``, the one that
-    also explains the student's outputs on most ``others`` wins.
+    Single mistakes are preferred to pairs; a mistake that would have spoiled a case the
+    student got ``right`` is never named; among several that explain ``got``, the one that also
+    explains the student's outputs on most ``others`` wins.
     """
     for mistake in exercise.mistakes:
         if mistake.sign is not None and _shows_sign(mistake, got, expected):
@@ -216,7 +219,9 @@ def diagnose(exercise: Exercise, case: Case, got: tuple, expected: tuple,
     pairs = [[a, b] for a, b in itertools.combinations(variants, 2)
              if not a.knobs.keys() & b.knobs.keys()]
     for combinations in (singles, pairs):
-        found = [c for c in combinations if _variant_matches(exercise, case, _knobs(c), got)]
+        found = [c for c in combinations if _variant_matches(exercise, case, _knobs(c), got)
+                 and all(_variant_matches(exercise, other, _knobs(c), seen.outputs)
+                         for other, seen in right)]
         if found:
             return max(found, key=lambda c: sum(
                 _variant_matches(exercise, other, _knobs(c), seen.outputs)
@@ -245,9 +250,10 @@ def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple) ->
 
 
 def _explain(exercise: Exercise, case: Case, observation: Observation, expected: Observation,
-             problem: str, others: Sequence[tuple[Case, Observation]]) -> Verdict:
+             problem: str, others: Sequence[tuple[Case, Observation]],
+             right: Sequence[tuple[Case, Observation]] = ()) -> Verdict:
     message = f"{exercise.name}: {problem}\n  tested: {_describe(exercise, case)}"
-    found = diagnose(exercise, case, observation.outputs, expected.outputs, others)
+    found = diagnose(exercise, case, observation.outputs, expected.outputs, others, right)
     if not found:
         return Verdict(False, message)
     names = " + ".join(f'"{m.name}"' for m in found)
@@ -285,12 +291,17 @@ def judge_all(exercise: Exercise, cases: list[Case], seen: list[Observation],
               reference_parameters: Callable[[], dict] | None = None) -> None:
     """Raise AssertionError with the first failing case's verdict, if any."""
     reference = reference or exercise.reference
+    expected = [None if exercise.assess else
+                observe(exercise.inputs, Forbidden(), reference, case, reference_parameters)
+                for case in cases]
     answered = [(case, o) for case, o in zip(cases, seen, strict=True) if o.outputs is not None]
-    for case, observation in zip(cases, seen, strict=True):
-        expected = (None if exercise.assess else
-                    observe(exercise.inputs, Forbidden(), reference, case, reference_parameters))
-        others = [(c, o) for c, o in answered if c is not case]
-        verdict = judge(exercise, case, observation, expected, others)
+    right = [(case, o) for case, o, e in zip(cases, seen, expected, strict=True)
+             if e is not None and o.outputs is not None and e.outputs is not None
+             and _output_problem(exercise, o.outputs, e.outputs) is None]
+    for case, observation, reference_seen in zip(cases, seen, expected, strict=True):
+        verdict = judge(exercise, case, observation, reference_seen,
+                        [(c, o) for c, o in answered if c is not case],
+                        [(c, o) for c, o in right if c is not case])
         if not verdict.ok:
             raise CheckFailed(verdict.message, verdict.mistake)
 

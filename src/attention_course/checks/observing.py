@@ -50,8 +50,8 @@ def observe(inputs: tuple[str, ...], forbidden: Forbidden, student: Callable, ca
     try:
         with watch_calls(forbidden, observation.shortcuts):
             result = student(*args, **case.kwargs)
-    except NotImplementedError:
-        observation.error = "NotImplementedError"
+    except NotImplementedError as err:  # the stub has no message; torch's own errors do
+        observation.error = f"NotImplementedError: {err}" if err.args else "NotImplementedError"
         return observation
     except Exception as err:  # the student's bug, reported in words
         observation.error = f"{type(err).__name__}: {err}"
