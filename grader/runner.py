@@ -107,6 +107,8 @@ def run_submission(job: dict, setup: Setup, progress, channel, requests) -> None
     """Runs in the forked process: execute the cells; at each graded cell, answer the
     grader's requests until it says to go on."""
     os.chdir(setup.scratch / "work")
+    for stream in (sys.stdout, sys.stderr):  # what it printed survives its being killed
+        stream.reconfigure(line_buffering=True)
     shell = InteractiveShell.instance(config=Config(  # plain tracebacks: read in a text file
         HistoryManager={"enabled": False}, InteractiveShell={"colors": "nocolor"}))
     cell_errors = {}

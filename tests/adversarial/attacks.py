@@ -254,9 +254,8 @@ def startup_files(t: Target) -> str:
 
 def rewrites_reference(t: Target) -> str:
     return """
-    import attention_course, attention_course.attention, attention_course.checks.lesson02
-    paths = [attention_course.__file__, attention_course.attention.__file__,
-             attention_course.checks.lesson02.__file__, "/grader/runner.py",
+    import attention_course, attention_course.checks.observing as observing
+    paths = [attention_course.__file__, observing.__file__, "/grader/runner.py",
              "/grader/confinement.py"]
     for path in paths:
         try:
@@ -676,7 +675,7 @@ ATTACKS = [
     attack("gc-reaches-runner", "the runner's globals reached through gc, nothing imported",
            build=answered(builtin_answers(str), GC_REACHES_RUNNER), needs_human=True),
     attack("writes-record", "writes a complete record to the grader's channel and exits",
-           WRITES_RECORD, outcome="crashed"),
+           WRITES_RECORD, outcome="ungradable"),
     attack("keeps-outputs", "rewrites the tensors it returned in a later cell",
            build=answered(KEEPING_ANSWERS, KEEPS_OUTPUTS), needs_human=True),
     attack("hides-in-place", "patches zip and Tensor.clone to hide an in-place change",
