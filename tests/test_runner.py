@@ -145,3 +145,21 @@ def test_plain_values_survive_the_wire_and_code_does_not():
         wire.dumps({"f": print})
     assert type(wire.loads(wire.dumps([print], lenient=True))[0]).__name__ \
         == "builtin_function_or_method"
+
+
+def test_a_profiler_the_student_left_running_keeps_running_through_a_check():
+    import cProfile
+
+    def after_the_check():
+        return None
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        result = judged({"softmax": right_softmax})
+        after_the_check()
+    finally:
+        profiler.disable()
+    profiler.create_stats()
+    assert result.passed
+    assert any(name == "after_the_check" for _, _, name in profiler.stats)
