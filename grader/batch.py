@@ -139,7 +139,10 @@ class Runner:
         message = self._line(self.deadline)
         if message.get("event") != "reply":
             raise Ended(message)
-        return [self._bytes(size, self.deadline) for size in message["sizes"]]
+        sizes = message["sizes"]
+        if any(type(n) is not int or n < 0 for n in sizes) or sum(sizes) > MAX_RECORD_BYTES:
+            raise RunnerDied("it announced replies larger than a check may send")
+        return [self._bytes(size, self.deadline) for size in sizes]
 
     def _final(self, answer: dict) -> tuple[dict, dict[str, bytes]]:
         sizes = answer.pop("files")
