@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_course import attention, checks, embeddings, masks, multihead, training
+from attention_course import attention, checks, embeddings, masks, model, multihead, training
 from attention_course.lessons import LESSONS
 
 NEG_INF = float("-inf")
@@ -354,88 +354,132 @@ class MHAPerHead(StudentMHA):
         return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(weights, dim=1)
 
 
-# ---------------------------------------------------------------- lesson 05: the copy task
+# ---------------------------------------------------------------- lesson 05: the block, the loss
 
-def loss_by_gather(logits, targets, loss_mask):
-    log_probs = logits.log_softmax(dim=-1)
-    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
-    return -(picked * loss_mask).sum() / loss_mask.sum()
+class StudentCausalSelfAttention(nn.Module):
+    """The constructor the notebook gives; the student writes ``forward``."""
 
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.attn = multihead.MultiHeadAttention(d_model, n_heads, dropout)
+        self.dropout = dropout
 
-def loss_by_ignore_index(logits, targets, loss_mask):
-    ignored = targets.masked_fill(~loss_mask, -100)
-    return F.cross_entropy(logits.flatten(0, 1), ignored.flatten(), ignore_index=-100)
-
-
-def loss_by_nll(logits, targets, loss_mask):
-    return F.nll_loss(F.log_softmax(logits[loss_mask], dim=-1), targets[loss_mask])
+    def forward(self, x):
+        raise NotImplementedError()
 
 
-def train_step_set_to_none(model, optimizer, batch):
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    loss = loss_by_ignore_index(model(batch.inputs), batch.targets, batch.loss_mask)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+class AttentionLayerByIsCausal(StudentCausalSelfAttention):
+    def forward(self, x):
+        out, weights = self.attn(x, x, x, is_causal=True)
+        return F.dropout(out, self.dropout, training=self.training), weights
 
 
-def train_step_zeroing_the_model(model, optimizer, batch):
-    model.zero_grad()
-    loss = loss_by_gather(model(batch.inputs), batch.targets, batch.loss_mask)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+class AttentionLayerByTril(StudentCausalSelfAttention):
+    def forward(self, x):
+        T = x.shape[1]
+        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
+        out, weights = self.attn(x, x, x, attn_mask=allowed)
+        if self.training:
+            out = F.dropout(out, self.dropout)
+        return out, weights
 
 
-def train_step_returning_a_float(model, optimizer, batch):
-    inputs, targets, loss_mask, _ = batch
-    optimizer.zero_grad()
-    loss = loss_by_nll(model(inputs), targets, loss_mask)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+class AttentionLayerByCourseMask(StudentCausalSelfAttention):
+    def forward(self, x):
+        out, weights = self.attn(query=x, key=x, value=x,
+                                 attn_mask=masks.causal_mask(x.shape[-2], device=x.device))
+        return nn.functional.dropout(out, p=self.dropout, training=self.training), weights
 
 
-def decode_with_while(model, prompt, n_new):
-    tokens = prompt
-    while tokens.shape[1] < prompt.shape[1] + n_new:
-        next_token = model(tokens)[:, -1, :].argmax(-1)  # (B,)
-        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-    return tokens[:, prompt.shape[1]:]
+class MLPByFunctional(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff)
+        self.proj = nn.Linear(d_ff, d_model)
+        self.dropout = dropout
+
+    def forward(self, x):
+        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
 
 
-@torch.no_grad()
-def decode_into_preallocated(model, prompt, n_new):
-    B, P = prompt.shape
-    tokens = torch.zeros(B, P + n_new, dtype=prompt.dtype)
-    tokens[:, :P] = prompt
-    for t in range(P, P + n_new):
-        tokens[:, t] = model(tokens[:, :t])[:, -1].argmax(dim=-1)
-    return tokens[:, P:]
+class MLPByModules(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff)
+        self.act = nn.GELU()
+        self.proj = nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.drop(self.proj(self.act(self.fc(x))))
 
 
-def decode_with_a_list(model, prompt, n_new):
-    model.eval()
-    generated = []
-    with torch.no_grad():
-        for _ in range(n_new):
-            logits = model(torch.cat([prompt, *generated], dim=1))
-            generated.append(logits[:, -1:].argmax(dim=-1))  # (B, 1)
-    return torch.cat(generated, dim=1)
+class MLPByErf(MLPByFunctional):
+    def forward(self, x):
+        h = self.fc(x)
+        h = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))  # the exact GELU
+        out = self.proj(h)
+        return F.dropout(out, self.dropout) if self.training else out
 
 
-def accuracy_by_all(predicted, expected):
-    return (predicted == expected).all(-1).float().mean().item()
+class StudentBlock(nn.Module):
+    """The constructor the notebook gives; the student writes ``forward``."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(d_model)
+        self.attn = AttentionLayerByIsCausal(d_model, n_heads, dropout)
+        self.mlp_norm = nn.LayerNorm(d_model)
+        self.mlp = MLPByFunctional(d_model, d_ff, dropout)
+
+    def forward(self, x):
+        raise NotImplementedError()
 
 
-def accuracy_by_counting(predicted, expected):
-    right = sum(bool(row.all()) for row in predicted == expected)
-    return right / len(predicted)
+class BlockInTwoLines(StudentBlock):
+    def forward(self, x):
+        attended, weights = self.attn(self.attn_norm(x))
+        x = x + attended
+        return x + self.mlp(self.mlp_norm(x)), weights
 
 
-def accuracy_by_min(predicted, expected):
-    return float(torch.eq(predicted, expected).min(-1).values.double().mean())
+class BlockWithNames(StudentBlock):
+    def forward(self, x):
+        h = self.attn_norm(x)
+        a, w = self.attn(h)
+        y = a + x
+        m = self.mlp(self.mlp_norm(y))
+        return m + y, w
+
+
+class BlockByLoop(StudentBlock):
+    def forward(self, x):
+        weights = None
+        for norm, sublayer in ((self.attn_norm, self.attn), (self.mlp_norm, self.mlp)):
+            out = sublayer(norm(x))
+            if isinstance(out, tuple):
+                out, weights = out
+            x = x + out
+        return x, weights
+
+
+def loss_by_slicing(model, sequences, n):
+    logits = model(sequences[:, :-1])[:, n:]  # (B, n, V)
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), sequences[:, n + 1:].reshape(-1))
+
+
+def loss_by_position_mask(model, sequences, n):
+    inputs, targets = sequences[:, :-1], sequences[:, 1:]
+    answer = torch.arange(inputs.shape[1]) >= n  # (2n,)
+    logits = model(inputs)
+    return F.cross_entropy(logits[:, answer].transpose(1, 2), targets[:, answer])
+
+
+def loss_by_gather(model, sequences, n):
+    log_probs = model(sequences[:, :-1]).log_softmax(dim=-1)  # (B, 2n, V)
+    picked = log_probs.gather(-1, sequences[:, 1:, None]).squeeze(-1)  # (B, 2n)
+    return -picked[:, n:].mean()
 
 
 CORRECT = {
@@ -456,11 +500,11 @@ CORRECT = {
     "split_heads": [split_by_view, split_by_chunks, split_by_permute],
     "merge_heads": [merge_by_transpose, merge_by_concatenation, merge_by_permute],
     "multi_head_attention": [MHAByEinsum, MHAFromEarlierLessons, MHAPerHead],
-    "copy_task_loss": [loss_by_gather, loss_by_ignore_index, loss_by_nll],
-    "train_step": [train_step_set_to_none, train_step_zeroing_the_model,
-                   train_step_returning_a_float],
-    "greedy_decode": [decode_with_while, decode_into_preallocated, decode_with_a_list],
-    "sequence_accuracy": [accuracy_by_all, accuracy_by_counting, accuracy_by_min],
+    "causal_self_attention": [AttentionLayerByIsCausal, AttentionLayerByTril,
+                              AttentionLayerByCourseMask],
+    "mlp": [MLPByFunctional, MLPByModules, MLPByErf],
+    "decoder_block": [BlockInTwoLines, BlockWithNames, BlockByLoop],
+    "copy_task_loss": [loss_by_slicing, loss_by_position_mask, loss_by_gather],
 }
 
 
@@ -480,8 +524,8 @@ REFERENCES = {
     "split_heads": multihead.split_heads,
     "merge_heads": multihead.merge_heads,
     "multi_head_attention": multihead.MultiHeadAttention.forward,
+    "causal_self_attention": model.CausalSelfAttention.forward,
+    "mlp": model.MLP.forward,
+    "decoder_block": model.DecoderBlock.forward,
     "copy_task_loss": training.copy_task_loss,
-    "train_step": training.train_step,
-    "greedy_decode": training.greedy_decode,
-    "sequence_accuracy": training.sequence_accuracy,
 }

@@ -18,15 +18,18 @@ from check_solutions import (
     REFERENCES,
     MHAByEinsum,
     StudentMHA,
+    MLPByFunctional,
+    StudentBlock,
+    StudentCausalSelfAttention,
     check_of,
     failure,
-    loss_by_gather,
-    loss_by_ignore_index,
     masked_attention_additive,
     merge_by_transpose,
     named_mistakes,
     split_by_view,
 )
+
+from torch import nn
 
 from attention_course import attention
 from attention_course.checks import MODULES, lesson03, lesson04, lesson05
@@ -39,10 +42,11 @@ CATALOGUE = {name: exercise.mistakes for name, exercise in EXERCISES.items()}
 CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES
 # checks that build their exercise around a seeded model: the catalogue, and the wrong
 # variant with the student's signature
-CATALOGUE["train_step"] = lesson05.TRAIN_STEP_MISTAKES
-CATALOGUE["greedy_decode"] = lesson05.GREEDY_DECODE_MISTAKES
-STUDENT_VARIANTS = {"train_step": lesson05.train_step_variant,
-                    "greedy_decode": lesson05.decode_variant}
+CATALOGUE["causal_self_attention"] = lesson05.ATTENTION_LAYER_MISTAKES
+CATALOGUE["mlp"] = lesson05.MLP_MISTAKES
+CATALOGUE["decoder_block"] = lesson05.BLOCK_MISTAKES
+CATALOGUE["copy_task_loss"] = lesson05.LOSS_MISTAKES
+STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant}
 
 
 def test_every_check_has_its_catalogue_here():
@@ -62,6 +66,8 @@ def from_variant(name: str, knobs: dict):
     """The exercise's wrong variant with ``knobs`` set, shaped like a student's answer."""
     if name in STUDENT_VARIANTS:
         return functools.partial(STUDENT_VARIANTS[name], **knobs)
+    if name in LESSON05_CLASSES:
+        return LESSON05_CLASSES[name](knobs)
     if name != "multi_head_attention":
         return functools.partial(EXERCISES[name].variant, **knobs)
 
@@ -69,6 +75,42 @@ def from_variant(name: str, knobs: dict):
         def forward(self, query, key, value, attn_mask=None, is_causal=False):
             return lesson04.mha_variant(self, query, key, value, attn_mask, is_causal, **knobs)
     return Buggy
+
+
+def attention_layer_with(knobs: dict):
+    class Buggy(StudentCausalSelfAttention):
+        def forward(self, x):
+            return lesson05.attention_layer_variant(self, x, **knobs)
+    return Buggy
+
+
+def mlp_with(knobs: dict):
+    """An MLP built and run as ``lesson05.mlp_variant`` describes, written as a student's."""
+    activation, where = knobs.get("activation", "gelu"), knobs.get("where", "between")
+    act = {"gelu": F.gelu, "none": lambda h: h, "relu": F.relu,
+           "tanh": lambda h: F.gelu(h, approximate="tanh")}[activation]
+
+    class Buggy(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            super().__init__()
+            hidden = {"d_ff": d_ff, "4C": 4 * d_model, "C": d_model}[knobs.get("width", "d_ff")]
+            self.fc = nn.Linear(d_model, hidden)
+            self.proj = nn.Linear(hidden, d_model)
+
+        def forward(self, x):
+            return act(self.proj(self.fc(x))) if where == "after" else self.proj(act(self.fc(x)))
+    return Buggy
+
+
+def block_with(knobs: dict):
+    class Buggy(StudentBlock):
+        def forward(self, x):
+            return lesson05.block_variant(self, x, **knobs)
+    return Buggy
+
+
+LESSON05_CLASSES = {"causal_self_attention": attention_layer_with, "mlp": mlp_with,
+                    "decoder_block": block_with}
 
 
 KNOB_MISTAKES = [pytest.param(name, mistake, id=f"{name}-{mistake.name}")
@@ -145,6 +187,17 @@ class MHAReadingEveryMaskAsBool(MHAByEinsumFilling):
     float_masks_as_bool = True
 
 
+class AttentionLayerDroppingOutInEvalMode(StudentCausalSelfAttention):
+    def forward(self, x):
+        out, weights = self.attn(x, x, x, is_causal=True)
+        return F.dropout(out, self.dropout), weights
+
+
+class MLPDroppingOutInEvalMode(MLPByFunctional):
+    def forward(self, x):
+        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout)
+
+
 SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their function}
     ("apply_mask", lesson03.LARGE_NEGATIVE): {
         "fill -1e4": apply_mask_filling(-1e4), "fill -1e9": apply_mask_filling(-1e9)},
@@ -153,6 +206,9 @@ SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their functio
     ("multi_head_attention", lesson04.DROPOUT_IN_EVAL_MODE.name): {
         "dropout_p=self.dropout": MHADroppingOutInEvalMode},
     ("multi_head_attention", lesson03.LARGE_NEGATIVE): {"fill -1e9": MHAByEinsumFilling},
+    ("causal_self_attention", "dropout applied in eval mode"): {
+        "F.dropout(out, p)": AttentionLayerDroppingOutInEvalMode},
+    ("mlp", "dropout applied in eval mode"): {"F.dropout(out, p)": MLPDroppingOutInEvalMode},
 }
 SIGN_MISTAKES = [
     pytest.param(name, mistake.name, student, id=f"{name}-{mistake.name}-{label}")
@@ -383,67 +439,73 @@ class MHAWithNaNRows(MHAByEinsumFilling):
     fill = float("-inf")
 
 
-def loss_over_every_position(logits, targets, loss_mask):
-    V = logits.shape[-1]
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+class AttentionLayerWithoutMask(StudentCausalSelfAttention):
+    def forward(self, x):
+        return self.attn(x, x, x)
 
 
-def loss_summed(logits, targets, loss_mask):
-    return F.cross_entropy(logits[loss_mask], targets[loss_mask], reduction="sum")
+class AttentionLayerWithTriu(StudentCausalSelfAttention):
+    def forward(self, x):
+        T = x.shape[1]
+        return self.attn(x, x, x, attn_mask=torch.ones(T, T).triu().bool())
 
 
-def loss_on_probabilities(logits, targets, loss_mask):
-    return F.cross_entropy(logits.softmax(dim=-1)[loss_mask], targets[loss_mask])
+class MLPWithoutActivation(MLPByFunctional):
+    def forward(self, x):
+        return self.proj(self.fc(x))
 
 
-def loss_per_sequence(logits, targets, loss_mask):
-    return torch.stack([loss_by_gather(*row) for row in zip(logits, targets, loss_mask,
-                                                             strict=True)]).mean()
+class MLPWithReLU(MLPByFunctional):
+    def forward(self, x):
+        return self.proj(torch.relu(self.fc(x)))
 
 
-def train_step_without_zero_grad(model, optimizer, batch):
-    loss = loss_by_gather(model(batch.inputs), batch.targets, batch.loss_mask)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+class MLPFourTimesWide(MLPByFunctional):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, 4 * d_model, dropout)
 
 
-def train_step_on_the_inputs(model, optimizer, batch):
-    optimizer.zero_grad()
-    loss = loss_by_ignore_index(model(batch.inputs), batch.inputs, batch.loss_mask)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+class BlockPostNorm(StudentBlock):
+    def forward(self, x):
+        attended, weights = self.attn(x)
+        x = self.attn_norm(x + attended)
+        return self.mlp_norm(x + self.mlp(x)), weights
 
 
-def train_step_stepping_first(model, optimizer, batch):
-    optimizer.zero_grad()
-    optimizer.step()
-    loss = loss_by_gather(model(batch.inputs), batch.targets, batch.loss_mask)
-    loss.backward()
-    return loss.detach()
+class BlockWithoutResiduals(StudentBlock):
+    def forward(self, x):
+        x, weights = self.attn(self.attn_norm(x))
+        return self.mlp(self.mlp_norm(x)), weights
 
 
-def decode_from_the_first_position(model, prompt, n_new):
-    tokens = prompt
-    for _ in range(n_new):
-        tokens = torch.cat([tokens, model(tokens).argmax(-1)[:, :1]], dim=1)
-    return tokens[:, prompt.shape[1]:]
+class BlockAddingToTheNorm(StudentBlock):
+    def forward(self, x):
+        x = self.attn_norm(x)
+        attended, weights = self.attn(x)
+        x = x + attended
+        x = self.mlp_norm(x)
+        return x + self.mlp(x), weights
 
 
-def decode_returning_the_prompt(model, prompt, n_new):
-    tokens = prompt
-    for _ in range(n_new):
-        tokens = torch.cat([tokens, model(tokens)[:, -1:].argmax(-1)], dim=1)
-    return tokens
+def loss_without_shift(model, sequences, n):
+    inputs = sequences[:, :-1]
+    logits = model(inputs)
+    return F.cross_entropy(logits[:, n:].flatten(0, 1), inputs[:, n:].flatten())
 
 
-def accuracy_per_token(predicted, expected):
-    return (predicted == expected).float().mean()
+def loss_over_every_position(model, sequences, n):
+    logits = model(sequences[:, :-1])
+    return F.cross_entropy(logits.transpose(1, 2), sequences[:, 1:])
 
 
-def accuracy_over_the_batch_axis(predicted, expected):
-    return (predicted == expected).all(dim=0).float().mean().item()
+def loss_from_the_first_answer_digit(model, sequences, n):
+    logits = model(sequences[:, :-1])
+    return F.cross_entropy(logits[:, n + 1:].flatten(0, 1), sequences[:, n + 2:].flatten())
+
+
+def loss_summed(model, sequences, n):
+    logits = model(sequences[:, :-1])[:, n:]
+    return F.cross_entropy(logits.flatten(0, 1), sequences[:, n + 1:].flatten(), reduction="sum")
 
 
 STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
@@ -496,19 +558,20 @@ STUDENT_MISTAKES = {  # student's answer: (exercise, the mistakes the check must
     MHAIgnoringFloatMasks: ("multi_head_attention", ["float mask ignored"]),
     MHAReadingEveryMaskAsBool: ("multi_head_attention", ["float mask treated as a bool mask"]),
     MHAWithNaNRows: ("multi_head_attention", ["fully masked rows give NaN"]),
+    AttentionLayerWithoutMask: ("causal_self_attention", ["no causal mask"]),
+    AttentionLayerWithTriu: ("causal_self_attention",
+                             ["causal mask transposed (the future is visible)"]),
+    MLPWithoutActivation: ("mlp", ["MLP without its nonlinearity"]),
+    MLPWithReLU: ("mlp", ["ReLU instead of GELU"]),
+    MLPFourTimesWide: ("mlp", ["hidden width 4 * d_model instead of d_ff"]),
+    BlockPostNorm: ("decoder_block", ["post-norm instead of pre-norm"]),
+    BlockWithoutResiduals: ("decoder_block", ["attention residual missing",
+                                              "MLP residual missing"]),
+    BlockAddingToTheNorm: ("decoder_block", ["residual added to the normalised x"]),
+    loss_without_shift: ("copy_task_loss", ["targets not shifted"]),
     loss_over_every_position: ("copy_task_loss", ["loss over the prompt half too"]),
+    loss_from_the_first_answer_digit: ("copy_task_loss", ["first answer token left out"]),
     loss_summed: ("copy_task_loss", ["summed instead of averaged"]),
-    loss_on_probabilities: ("copy_task_loss", ["softmax applied before cross_entropy"]),
-    loss_per_sequence: ("copy_task_loss", ["averaged per sequence, then over sequences"]),
-    train_step_without_zero_grad: ("train_step",
-                                   ["gradients never reset (no optimizer.zero_grad())"]),
-    train_step_on_the_inputs: ("train_step", ["targets not shifted"]),
-    train_step_stepping_first: ("train_step", ["parameters never updated"]),
-    decode_from_the_first_position: ("greedy_decode",
-                                     ["decoding from the first position's logits"]),
-    decode_returning_the_prompt: ("greedy_decode", ["prompt returned with the new tokens"]),
-    accuracy_per_token: ("sequence_accuracy", ["token accuracy instead of sequence accuracy"]),
-    accuracy_over_the_batch_axis: ("sequence_accuracy", ["all() over the batch axis"]),
 }
 STUDENTS = [pytest.param(student, name, expected, id=f"{name}-{student.__name__}")
             for student, (name, expected) in STUDENT_MISTAKES.items()]

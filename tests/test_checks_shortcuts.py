@@ -8,7 +8,10 @@ from check_solutions import (
     CHECK_NAMES,
     NEG_INF,
     REFERENCES,
+    AttentionLayerByCourseMask,
     MHAFromEarlierLessons,
+    StudentBlock,
+    StudentCausalSelfAttention,
     StudentMHA,
     additive,
     check_of,
@@ -17,7 +20,7 @@ from check_solutions import (
 )
 from torch import nn
 
-from attention_course import attention, multihead, training
+from attention_course import attention, model, multihead
 
 SHORTCUT = "Shortcut refused"
 
@@ -33,9 +36,29 @@ class MHACallingReference(StudentMHA):
         return multihead.MultiHeadAttention.forward(self, query, key, value, attn_mask, is_causal)
 
 
+class AttentionLayerCallingReference(StudentCausalSelfAttention):
+    def forward(self, x):
+        return model.CausalSelfAttention.forward(self, x)
+
+
+class MLPCallingReference(model.MLP):
+    def forward(self, x):
+        return model.MLP.forward(self, x)
+
+
+class BlockCallingReference(StudentBlock):
+    def forward(self, x):
+        return model.DecoderBlock.forward(self, x)
+
+
+CALLING_THE_REFERENCE = {"multi_head_attention": MHACallingReference,
+                         "causal_self_attention": AttentionLayerCallingReference,
+                         "mlp": MLPCallingReference, "decoder_block": BlockCallingReference}
+
+
 @pytest.mark.parametrize("name", CHECK_NAMES)
 def test_calling_the_reference_is_refused(name):
-    student = MHACallingReference if name == "multi_head_attention" else calling(REFERENCES[name])
+    student = CALLING_THE_REFERENCE.get(name) or calling(REFERENCES[name])
     message = failure(check_of(name), student)
     assert SHORTCUT in message
     assert REFERENCES[name].__qualname__ in message
@@ -111,18 +134,12 @@ def masked_attention_from_lesson_02(query, key, value, attn_mask=None, is_causal
     return weights @ value, weights
 
 
-def train_step_with_the_course_loss(model, optimizer, batch):
-    optimizer.zero_grad()
-    loss = training.copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
 
 
 @pytest.mark.parametrize(("name", "student"), [
     ("masked_attention", masked_attention_from_lesson_02),
     ("multi_head_attention", MHAFromEarlierLessons),
-    ("train_step", train_step_with_the_course_loss),
+    ("causal_self_attention", AttentionLayerByCourseMask),  # lessons 03 and 04
 ])
 def test_earlier_lessons_are_allowed(name, student, capsys):
     check_of(name)(student)

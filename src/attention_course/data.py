@@ -1,8 +1,8 @@
 """The copy task (and its reverse twin) as next-token prediction.
 
 A sequence x_1..x_n of content tokens, a separator, then the answer: x again (copy) or
-reversed (reverse). The model reads ``full[:-1]`` and predicts ``full[1:]``; only the answer
-half counts in the loss.
+reversed (reverse). The model reads ``sequences[:, :-1]`` and predicts ``sequences[:, 1:]``;
+only the answer half counts in the loss.
 
 Lesson: 05_copy_task
 """
@@ -21,6 +21,7 @@ class Batch(NamedTuple):
     targets: Tensor  # (B, L) the next token at every position
     loss_mask: Tensor  # (B, L) bool, True where the target belongs to the answer
     source: Tensor  # (B, seq_len) the content tokens x_1..x_n
+    sequences: Tensor  # (B, L + 1) the whole sequences: source, separator, answer
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class CopyTask:
         full = torch.cat([self.prompt(source), self.answer(source)], dim=1)  # (B, 2n + 1)
         positions = torch.arange(self.context_len, device=source.device)  # (2n,)
         loss_mask = (positions >= self.seq_len).expand(batch_size, -1)  # (B, 2n)
-        return Batch(full[:, :-1], full[:, 1:], loss_mask, source)
+        return Batch(full[:, :-1], full[:, 1:], loss_mask, source, full)
 
 
 def seeded_generator(seed: int, device=None) -> torch.Generator:

@@ -67,22 +67,34 @@ def token_and_position_embedding(token_ids: Tensor, weight: Tensor, pe: Tensor) 
 class TokenAndPositionEmbedding(nn.Module):
     """``nn.Embedding`` for tokens plus sinusoidal (fixed) or learned position vectors.
 
+    The token table starts with entries of standard deviation 1/sqrt(C), as in the original
+    transformer, so that sqrt(C) times a row has entries of size about 1; a learned position
+    table starts with entries of size 1 too. Neither part drowns the other (lesson 01, section
+    5). Two switches exist for experiments: ``positions=False`` adds no positions at all, and
+    ``scale_tokens=False`` leaves out the sqrt(C) factor.
     Lesson: 01_embeddings
     """
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int,
-                 learned_positions: bool = False):
+                 learned_positions: bool = False, *, positions: bool = True,
+                 scale_tokens: bool = True):
         super().__init__()
         self.token = nn.Embedding(vocab_size, d_model)
-        self.max_len = max_len
-        if learned_positions:
-            self.position = nn.Parameter(torch.randn(max_len, d_model) * d_model ** -0.5)
-        else:
+        nn.init.normal_(self.token.weight, std=d_model ** -0.5)  # sqrt(C) * row: entries ~ 1
+        self.max_len, self.scale_tokens = max_len, scale_tokens
+        self.learned_positions = learned_positions and positions
+        if self.learned_positions:
+            self.position = nn.Parameter(torch.randn(max_len, d_model))
+        elif positions:
             self.register_buffer("position", sinusoidal_positional_encoding(max_len, d_model))
+        else:  # no positions: every position adds the zero vector
+            self.register_buffer("position", torch.zeros(max_len, d_model))
 
     def forward(self, token_ids: Tensor) -> Tensor:
         """(B, T) ids -> (B, T, C) embeddings."""
         if token_ids.shape[-1] > self.max_len:
             raise ValueError(f"sequence of length {token_ids.shape[-1]} is longer than "
                              f"max_len={self.max_len}")
+        if not self.scale_tokens:
+            return self.token(token_ids) + self.position[: token_ids.shape[-1]]
         return token_and_position_embedding(token_ids, self.token.weight, self.position)

@@ -1,32 +1,82 @@
-"""A small decoder-only transformer built from the course's own parts.
+"""A small decoder-only transformer: lesson 05's block, stacked on the course's embedding.
 
-Token + position embedding, pre-norm blocks (causal multi-head attention, then an MLP, each
-wrapped in a residual connection), a final LayerNorm and a linear head over the vocabulary.
+The block's parts are the lesson's exercises, and each is its own name here: the causal
+self-attention layer, the MLP and the pre-norm ``DecoderBlock`` (x + attention(norm(x)), then
+x + mlp(norm(x))). ``DecoderOnlyTransformer`` is the given code around them: it takes the block
+class as an argument, so the notebook assembles it from the student's own block and nothing in
+it needs the reference block.
 
 Lesson: 05_copy_task
 """
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .embeddings import TokenAndPositionEmbedding
 from .multihead import MultiHeadAttention
 
+POSITIONS = ("learned", "sinusoidal", "none")
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention in which position t reads positions 0..t only.
+
+    Self-attention: queries, keys and values all come from the same x. Causal: the output at t
+    must not depend on anything after t, so that every position can be trained to predict the
+    next token. Dropout with probability ``dropout`` acts on the attention weights (inside
+    ``MultiHeadAttention``) and on the output, in training mode only.
+    Lesson: 05_copy_task
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.dropout = dropout
+
+    def forward(self, x: Tensor):
+        """(B, T, C) -> (B, T, C), and the (B, H, T, T) attention weights."""
+        out, weights = self.attn(x, x, x, is_causal=True)  # (B, T, C), (B, H, T, T)
+        return F.dropout(out, self.dropout, self.training), weights
+
+
+class MLP(nn.Module):
+    """The per-token network of a block: C -> d_ff -> C with a GELU in between.
+
+    Each position goes through it alone: it transforms what attention gathered. Dropout on the
+    output, in training mode only.
+    Lesson: 05_copy_task
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff)
+        self.proj = nn.Linear(d_ff, d_model)
+        self.dropout = dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., C) -> (..., C)."""
+        hidden = F.gelu(self.fc(x))  # (..., C) -> (..., d_ff)
+        return F.dropout(self.proj(hidden), self.dropout, self.training)  # -> (..., C)
+
 
 class DecoderBlock(nn.Module):
-    """x + attention(norm(x)), then x + mlp(norm(x)). Lesson: 05_copy_task"""
+    """Pre-norm decoder block: x + attention(norm(x)), then x + mlp(norm(x)).
+
+    The residual stream x passes through untouched; each sublayer reads a normalised copy and
+    adds what it found, so a stack of blocks starts close to the identity and trains stably.
+    Lesson: 05_copy_task
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
         self.attn_norm = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
         self.mlp_norm = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model),
-                                 nn.Dropout(dropout))
+        self.mlp = MLP(d_model, d_ff, dropout)
 
     def forward(self, x: Tensor):
         """(B, T, C) -> (B, T, C), and the (B, H, T, T) causal attention weights."""
-        h = self.attn_norm(x)
-        attended, weights = self.attn(h, h, h, is_causal=True)
+        attended, weights = self.attn(self.attn_norm(x))
         x = x + attended
         x = x + self.mlp(self.mlp_norm(x))
         return x, weights
@@ -35,20 +85,32 @@ class DecoderBlock(nn.Module):
 class DecoderOnlyTransformer(nn.Module):
     """Predicts the next token at every position of a (B, T) sequence.
 
-    The defaults are lesson 05's model: one block of two heads learns the copy task in a few
-    seconds on a CPU, and its two attention maps are easy to read.
+    Token + position embedding, ``n_layers`` blocks built as ``block(d_model, n_heads, d_ff,
+    dropout)``, a final LayerNorm and a linear head over the vocabulary. ``block`` is any class
+    with that constructor whose forward maps (B, T, C) to ((B, T, C), (B, H, T, T) weights): in
+    lesson 05, the student's ``DecoderBlock``.
+
+    The defaults are lesson 05's model: one block of two heads learns the copy task in well under
+    a second on a CPU, and its two attention maps are easy to read. ``positions`` ("learned",
+    "sinusoidal" or "none") and ``scale_tokens`` (the sqrt(C) factor of lesson 01) are there for
+    the lesson's experiments.
     Lesson: 05_copy_task
     """
 
-    def __init__(self, vocab_size: int, max_len: int, d_model: int = 32, n_heads: int = 2,
-                 n_layers: int = 1, d_ff: int | None = None, dropout: float = 0.0,
-                 learned_positions: bool = True):
+    def __init__(self, vocab_size: int, max_len: int, *, block: type[nn.Module],
+                 d_model: int = 32, n_heads: int = 2, n_layers: int = 1, d_ff: int | None = None,
+                 dropout: float = 0.0, positions: str = "learned", scale_tokens: bool = True):
         super().__init__()
-        self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len, learned_positions)
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {positions!r}")
+        self.embed = TokenAndPositionEmbedding(
+            vocab_size, d_model, max_len, learned_positions=positions == "learned",
+            positions=positions != "none", scale_tokens=scale_tokens)
         self.blocks = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers))
+            block(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
+        self.positions = positions
 
     def forward(self, tokens: Tensor, return_attention: bool = False):
         """(B, T) token ids -> (B, T, V) logits [and a list of (B, H, T, T) weights per layer]."""

@@ -1,331 +1,562 @@
-"""Checks for lesson 05_copy_task: the masked loss, a training step, greedy decoding and
-sequence accuracy."""
+"""Checks for lesson 05_copy_task: the causal self-attention layer, the MLP, the pre-norm decoder
+block, the copy-task loss (the causal shift and the answer mask), and the trained model's
+held-out accuracy.
+
+The first part of this file is the student's side: the functions and classes that build and run
+the student's objects. Each takes the student's objects and plain values only (tensors, numbers,
+strings, dicts of tensors) and uses nothing of the lesson's references: what the student's code
+needs around it (a stand-in attention layer, a stand-in language model) is built from torch.nn
+parts. The rest judges, and may use the references.
+"""
+
+import copy
+import zlib
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import model as reference_model
 from .. import training
 from ..data import CopyTask, seeded_generator
 from ..model import DecoderOnlyTransformer
-from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from . import harness
+from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
 from .shortcuts import forbid
+
+# ================================================================ the student's side
+
+
+def seeded_parameters(module: nn.Module, seed: int) -> nn.Module:
+    """Fill every parameter of ``module`` with values drawn from its own name and shape.
+
+    Two modules whose parameters have the same names and shapes get the same weights: the
+    student's module and the reference, and also a reference built with another width, which
+    is how a wrong width is recognised.
+    """
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            generator = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(name.encode()))
+            values = 0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+            parameter.copy_(values.to(parameter.dtype))
+    return module
+
+
+class _InBothPrecisions:
+    """A module in eval mode, and a float64 copy of it for the float64 cases. It is built on
+    first use, inside the observed call: what the student's constructor raises (an unfinished
+    one raises NotImplementedError) is then reported like any error of the student's code."""
+
+    def build(self) -> nn.Module:
+        raise NotImplementedError
+
+    def module(self, dtype: torch.dtype) -> nn.Module:
+        if not hasattr(self, "_modules"):
+            built = self.build()
+            self._modules = {torch.float32: built.eval(),
+                             torch.float64: copy.deepcopy(built).double().eval()}
+        return self._modules[dtype]
+
+    def __call__(self, x, *args, **kwargs):
+        return self.module(x.dtype)(x, *args, **kwargs)
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return dict(self.module(torch.float64).named_parameters())
+
+
+class SeededModuleUnderTest(_InBothPrecisions):
+    """The student's class built with ``init``; its parameters must have the ``names`` the
+    contract gives them, and get ``seeded_parameters(module, seed)``."""
+
+    def __init__(self, cls, init: dict, names: tuple, seed: int):
+        self.cls, self.init, self.names, self.seed = cls, init, names, seed
+
+    def build(self) -> nn.Module:
+        module = self.cls(**self.init)
+        found = [name for name, _ in module.named_parameters()]
+        if sorted(found) != sorted(self.names):
+            raise ValueError(
+                f"your module's parameters are {', '.join(found) or 'none'}; the contract "
+                f"names them {', '.join(self.names)}. Name the layers as the docstring says.")
+        return seeded_parameters(module, self.seed)
+
+
+class StandInAttention(nn.Module):
+    """Stands in for the block's attention layer in the block check: a causal running mean of
+    x, linearly mixed, returned with its (B, H, T, T) averaging weights."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.mix = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        T = x.shape[-2]
+        weights = torch.ones(T, T, dtype=x.dtype, device=x.device).tril()
+        weights = weights / weights.sum(dim=-1, keepdim=True)  # (T, T), rows sum to 1
+        out = self.mix(weights @ x)  # (T, T) @ (B, T, C) -> (B, T, C)
+        return out, weights.expand(*x.shape[:-2], self.n_heads, T, T).clone()
+
+
+class StandInMLP(nn.Module):
+    """Stands in for the block's MLP in the block check: one linear layer and a tanh."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.layer = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        return torch.tanh(self.layer(x))
+
+
+def stand_in_block_parts(d_model: int, n_heads: int) -> dict[str, nn.Module]:
+    """The four parts of a block as the block check builds them: two LayerNorms and stand-ins
+    for the attention layer and the MLP, so that the check tests the forward alone."""
+    return {"attn_norm": nn.LayerNorm(d_model), "attn": StandInAttention(d_model, n_heads),
+            "mlp_norm": nn.LayerNorm(d_model), "mlp": StandInMLP(d_model)}
+
+
+class BlockUnderTest(_InBothPrecisions):
+    """The student's block class with its four parts replaced by ``stand_in_block_parts``
+    loaded with ``state``: only the student's forward runs. The given constructor is not
+    called, so an unfinished attention layer or MLP does not stop this check."""
+
+    def __init__(self, cls, d_model: int, n_heads: int, state: dict):
+        self.cls, self.d_model, self.n_heads, self.state = cls, d_model, n_heads, state
+
+    def build(self) -> nn.Module:
+        if not (isinstance(self.cls, type) and issubclass(self.cls, nn.Module)):
+            raise TypeError("your DecoderBlock is not an nn.Module class: keep the given "
+                            "class line and constructor")
+        block = self.cls.__new__(self.cls)
+        nn.Module.__init__(block)
+        for name, part in stand_in_block_parts(self.d_model, self.n_heads).items():
+            setattr(block, name, part)
+        block.load_state_dict(self.state)
+        return block
+
+
+class StandInLanguageModel(nn.Module):
+    """Stands in for the transformer in the loss check. It is causal like the lesson's model:
+    the logits at position t depend on the tokens 0..t (a running mean of their embeddings)
+    and on t; and like it, it refuses inputs longer than ``max_len``."""
+
+    def __init__(self, vocab_size: int, max_len: int, width: int = 8):
+        super().__init__()
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, width)
+        self.position = nn.Embedding(max_len, width)
+        self.head = nn.Linear(width, vocab_size)
+
+    def forward(self, tokens):
+        T = tokens.shape[-1]
+        if T > self.max_len:
+            raise ValueError(f"sequence of length {T} is longer than max_len={self.max_len}: "
+                             f"the model reads 2n tokens (the last token is only a target)")
+        x = self.embed(tokens)  # (B, T) -> (B, T, W)
+        seen = torch.arange(1, T + 1, dtype=x.dtype, device=x.device)[:, None]  # (T, 1)
+        context = x.cumsum(dim=-2) / seen  # mean of the embeddings of tokens 0..t
+        return self.head(torch.tanh(context + x + self.position.weight[:T]))  # (B, T, V)
+
+
+class LossUnderTest:
+    """The student's loss function applied to a stand-in language model loaded with ``state``
+    (in float32, or a float64 copy when the case asks for ``dtype=torch.float64``)."""
+
+    def __init__(self, loss_fn, vocab_size: int, max_len: int, state: dict):
+        language_model = StandInLanguageModel(vocab_size, max_len)
+        language_model.load_state_dict(state)
+        self.loss_fn = loss_fn
+        self.models = {torch.float32: language_model,
+                       torch.float64: copy.deepcopy(language_model).double()}
+
+    def __call__(self, sequences, n, dtype=torch.float32):
+        return self.loss_fn(self.models[dtype], sequences, n)
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return dict(self.models[torch.float64].named_parameters())
+
+
+class HeldOutRun:
+    """Decode fresh prompts of the copy task with the student's trained model and decoding
+    function; return the tokens, the model's sizes and its weights, so that the accuracy can be
+    measured, and the model rebuilt, without either."""
+
+    def __init__(self, model, greedy_decode, seq_len: int, vocab_size: int, n_sequences: int):
+        self.model, self.greedy_decode = model, greedy_decode
+        self.task, self.n_sequences = CopyTask(seq_len, vocab_size), n_sequences
+
+    def __call__(self, data_seed: int) -> tuple:
+        if not isinstance(self.model, DecoderOnlyTransformer):
+            raise TypeError(f"`model` is a {type(self.model).__name__}, expected the lesson's "
+                            f"DecoderOnlyTransformer")
+        test = self.task.batch(self.n_sequences, seeded_generator(data_seed))
+        device, was_training = next(self.model.parameters()).device, self.model.training
+        self.model.eval()
+        try:
+            prompt = self.task.prompt(test.source).to(device)
+            tokens = self.greedy_decode(self.model, prompt, self.task.seq_len)
+        finally:
+            self.model.train(was_training)
+        sizes = model_config(self.model)
+        return (tokens, torch.tensor([sizes[key] for key in CONFIG]),
+                *self.model.state_dict().values())
+
+
+CONFIG = ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "positions",
+          "scale_tokens")
+POSITION_CODES = {"none": 0, "sinusoidal": 1, "learned": 2}
+
+
+def model_config(model: DecoderOnlyTransformer) -> dict[str, int]:
+    """The sizes of a lesson-05 model, read from its parts (the student's blocks included)."""
+    block = model.blocks[0]
+    return {"vocab_size": model.head.out_features, "max_len": model.embed.max_len,
+            "d_model": model.head.in_features, "n_heads": block.attn.attn.n_heads,
+            "n_layers": len(model.blocks), "d_ff": block.mlp.fc.out_features,
+            "positions": POSITION_CODES[model.positions],
+            "scale_tokens": int(model.embed.scale_tokens)}
+
+
+# ================================================================ judging
+
+def _dropped_out(index: int):
+    """A sign: output ``index`` is the expected one with some entries zeroed and the others
+    scaled up by the same factor, 1 / (1 - p): dropout ran although the module was in eval
+    mode."""
+    def sign(got, expected) -> bool:
+        out, wanted = got[index], expected[index]
+        dropped = (out == 0) & (wanted != 0)
+        kept = ~dropped & (wanted != 0)
+        scale = (out[kept] / wanted[kept]).mean()
+        return bool(dropped.any() and scale > 1.0
+                    and torch.allclose(out[kept], scale * wanted[kept], rtol=1e-4, atol=1e-5))
+    return sign
+
+
+def dropout_in_eval_mode(index: int) -> Mistake:
+    return Mistake(
+        "dropout applied in eval mode",
+        "F.dropout(x, p) drops whatever the module's mode, because its `training` argument "
+        "defaults to True: pass training=self.training (nn.Dropout does this by itself).",
+        sign=_dropped_out(index))
+
+
+# ---------------------------------------------------------------- causal self-attention
+
+def attention_layer_variant(layer, x, *, mask="causal"):
+    """The reference layer's output with the causal mask done wrong: "none", "transposed"
+    (query t sees keys t..T-1) or "strict" (keys 0..t-1, not itself)."""
+    T = x.shape[-2]
+    ones = torch.ones(T, T, dtype=torch.bool, device=x.device)
+    masks = {"none": None, "transposed": ones.triu(), "strict": ones.tril(-1)}
+    if mask == "causal":
+        return layer.attn(x, x, x, is_causal=True)
+    return layer.attn(x, x, x, attn_mask=masks[mask])
+
+
+ATTENTION_LAYER_MISTAKES = (
+    Mistake("no causal mask",
+            "Self-attention in a decoder is causal: position t may read positions 0..t only. "
+            "Ask the attention layer for it (is_causal) or pass a lower-triangular bool mask.",
+            {"mask": "none"}),
+    Mistake("causal mask transposed (the future is visible)",
+            "Query t (row t) may attend to keys s <= t (columns 0..t): a lower-triangular mask, "
+            "not an upper one.", {"mask": "transposed"}),
+    Mistake("causal mask excludes the diagonal (a token cannot see itself)",
+            "Position t may attend to itself: keep the diagonal.", {"mask": "strict"}),
+    dropout_in_eval_mode(0),
+)
+
+
+def check_causal_self_attention(cls, seed: int = 0) -> None:
+    """Check a CausalSelfAttention class (given constructor, the student's forward).
+
+    The student's layer gets the reference's weights, in eval mode with dropout 0.5 (which must
+    then do nothing), and runs on the same inputs as the reference, in float32 and float64.
+    Lesson: 05_copy_task
+    """
+    torch.manual_seed(seed)
+    reference = reference_model.CausalSelfAttention(12, 3).eval()
+    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+    exercise = Exercise(
+        name="CausalSelfAttention.forward",
+        reference=lambda x: references[x.dtype](x),
+        inputs=("x",),
+        outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, T)")),
+        variant=lambda x, **knobs: attention_layer_variant(references[x.dtype], x, **knobs),
+        mistakes=ATTENTION_LAYER_MISTAKES,
+        forbidden=forbid([reference_model.CausalSelfAttention.forward]),
+    )
+    init = {"d_model": 12, "n_heads": 3, "dropout": 0.5}
+    student = Harnessed(harness.ModuleUnderTest, (cls, init, reference.state_dict()))
+    g = seeded(seed)
+    cases = [
+        Case("B, T, C = 2, 5, 12 with H = 3 heads", (randn(2, 5, 12, generator=g),)),
+        Case("a longer sequence, B, T = 3, 7", (randn(3, 7, 12, generator=g),)),
+        Case("a single position (T = 1)", (randn(2, 1, 12, generator=g),)),
+        Case("float64, with gradients for x and every parameter",
+             (randn(2, 6, 12, generator=g, dtype=torch.float64),), grad=True),
+    ]
+    run_check(exercise, student, cases,
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
+
+
+# ---------------------------------------------------------------- the MLP
+
+MLP_NAMES = ("fc.weight", "fc.bias", "proj.weight", "proj.bias")
+MLP_SIZES = {"d_model": 12, "d_ff": 20}
+
+
+def mlp_variant(x, seed: int, *, activation="gelu", width="d_ff", where="between"):
+    """A reference MLP with seeded weights, built or run the wrong way: another hidden
+    ``width`` ("4C", "C"), another ``activation`` ("none", "relu", "tanh" for GELU's tanh
+    approximation), or the activation ``where`` = "after" the second layer."""
+    C, d_ff = MLP_SIZES["d_model"], MLP_SIZES["d_ff"]
+    hidden = {"d_ff": d_ff, "4C": 4 * C, "C": C}[width]
+    layer = seeded_parameters(reference_model.MLP(C, hidden), seed).to(x.dtype)
+    act = {"gelu": F.gelu, "none": lambda h: h, "relu": F.relu,
+           "tanh": lambda h: F.gelu(h, approximate="tanh")}[activation]
+    if where == "after":
+        return act(layer.proj(layer.fc(x)))
+    return layer.proj(act(layer.fc(x)))
+
+
+MLP_MISTAKES = (
+    Mistake("MLP without its nonlinearity",
+            "Two linear layers in a row are one linear layer: put a GELU between them, or the "
+            "MLP adds nothing that a single (C, C) matrix could not.", {"activation": "none"}),
+    Mistake("ReLU instead of GELU",
+            "The contract asks for GELU (as in GPT): F.gelu or nn.GELU().", {"activation": "relu"}),
+    Mistake("GELU's tanh approximation instead of the exact GELU",
+            "Use the exact GELU, PyTorch's default: no approximate='tanh'.",
+            {"activation": "tanh"}),
+    Mistake("nonlinearity after the second layer",
+            "The GELU goes between the two layers, on the d_ff hidden units: "
+            "C -> d_ff, GELU, d_ff -> C.", {"where": "after"}),
+    Mistake("hidden width 4 * d_model instead of d_ff",
+            "The hidden width is the d_ff argument (the model passes 4C by default, but the "
+            "layer must not assume it).", {"width": "4C"}),
+    Mistake("hidden width d_model instead of d_ff",
+            "The first layer maps C to d_ff hidden units, the second d_ff back to C.",
+            {"width": "C"}),
+    dropout_in_eval_mode(0),
+)
+
+
+def check_mlp(cls, seed: int = 0) -> None:
+    """Check an MLP class (the student's constructor and forward).
+
+    The student's layer is built as MLP(d_model=12, d_ff=20, dropout=0.5), must name its
+    parameters as the contract does, gets seeded weights (the reference gets the same) and runs
+    in eval mode, in float32 and float64.
+    Lesson: 05_copy_task
+    """
+    weights_seed = 100 + seed
+    reference = seeded_parameters(reference_model.MLP(**MLP_SIZES), weights_seed).eval()
+    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+    exercise = Exercise(
+        name="MLP",
+        reference=lambda x: references[x.dtype](x),
+        inputs=("x",),
+        outputs=(("out", "(..., C)"),),
+        variant=lambda x, **knobs: mlp_variant(x, weights_seed, **knobs),
+        mistakes=MLP_MISTAKES,
+        forbidden=forbid([reference_model.MLP.forward]),
+    )
+    init = MLP_SIZES | {"dropout": 0.5}
+    student = Harnessed(SeededModuleUnderTest, (cls, init, MLP_NAMES, weights_seed))
+    g = seeded(seed)
+    cases = [
+        Case("B, T, C = 2, 5, 12 with d_ff = 20", (randn(2, 5, 12, generator=g),)),
+        Case("7 tokens without a batch axis, (T, C) = (7, 12)", (randn(7, 12, generator=g),)),
+        Case("float64, with gradients for x and every parameter",
+             (randn(2, 4, 12, generator=g, dtype=torch.float64),), grad=True),
+    ]
+    run_check(exercise, student, cases,
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
+
+
+# ---------------------------------------------------------------- the decoder block
+
+def block_variant(block, x, *, norm="pre", attn_residual=True, mlp_residual=True,
+                  residual="x", shared_norm=False, parallel=False):
+    """The block's forward done wrong: ``norm`` = "post" (normalise after adding), a residual
+    left out, the ``residual`` stream taken from the normalised x ("normed"), one LayerNorm
+    for both sublayers, or the MLP reading the block's input (``parallel``)."""
+    attn_norm = block.attn_norm
+    mlp_norm = block.attn_norm if shared_norm else block.mlp_norm
+    if norm == "post":
+        attended, weights = block.attn(x)
+        x = attn_norm(x + attended)
+        return mlp_norm(x + block.mlp(x)), weights
+    h = attn_norm(x)
+    attended, weights = block.attn(h)
+    base = h if residual == "normed" else x
+    y = base + attended if attn_residual else attended
+    h = mlp_norm(x if parallel else y)
+    base = h if residual == "normed" else y
+    return (base + block.mlp(h) if mlp_residual else block.mlp(h)), weights
+
+
+BLOCK_MISTAKES = (
+    Mistake("post-norm instead of pre-norm",
+            "Normalise the input of each sublayer, not the sum: x + attention(norm(x)), then "
+            "x + mlp(norm(x)). The residual stream itself is never normalised inside the block.",
+            {"norm": "post"}),
+    Mistake("attention residual missing",
+            "Add the attention's output to x instead of replacing x with it: without the "
+            "residual the block forgets its input (here, the embeddings).",
+            {"attn_residual": False}),
+    Mistake("MLP residual missing",
+            "Add the MLP's output to x instead of replacing x with it.", {"mlp_residual": False}),
+    Mistake("residual added to the normalised x",
+            "Keep x itself as the residual stream: normalise a copy for the sublayer, and add "
+            "the sublayer's output to the x that came in, not to norm(x).",
+            {"residual": "normed"}),
+    Mistake("one LayerNorm for both sublayers",
+            "Each sublayer has its own LayerNorm: self.attn_norm before attention, "
+            "self.mlp_norm before the MLP.", {"shared_norm": True}),
+    Mistake("MLP reads the block's input instead of the attention's result",
+            "The two sublayers run one after the other: the MLP's input is x after the "
+            "attention residual was added.", {"parallel": True}),
+)
+
+
+def check_decoder_block(cls, seed: int = 0) -> None:
+    """Check a DecoderBlock class (given constructor, the student's forward).
+
+    The block's attention layer and MLP are replaced by small stand-ins (and its LayerNorms get
+    seeded weights), so this tests the forward alone: the wiring of the norms and residuals.
+    Lesson: 05_copy_task
+    """
+    d_model, n_heads = 12, 2
+    parts = nn.ModuleDict(stand_in_block_parts(d_model, n_heads))
+    state = seeded_parameters(parts, 200 + seed).state_dict()
+    reference = BlockUnderTest(reference_model.DecoderBlock, d_model, n_heads, state)
+    exercise = Exercise(
+        name="DecoderBlock.forward",
+        reference=reference,
+        inputs=("x",),
+        outputs=(("x", "(B, T, C)"), ("weights", "(B, H, T, T) from the attention layer")),
+        variant=lambda x, **knobs: block_variant(reference.module(x.dtype), x, **knobs),
+        mistakes=BLOCK_MISTAKES,
+        forbidden=forbid([reference_model.DecoderBlock.forward]),
+    )
+    student = Harnessed(BlockUnderTest, (cls, d_model, n_heads, state))
+    g = seeded(seed)
+    cases = [
+        Case("B, T, C = 2, 5, 12", (randn(2, 5, 12, generator=g),)),
+        Case("a single position (T = 1)", (randn(3, 1, 12, generator=g),)),
+        Case("float64, with gradients for x and every parameter",
+             (randn(2, 6, 12, generator=g, dtype=torch.float64),), grad=True),
+    ]
+    run_check(exercise, student, cases, reference_parameters=reference.probe_parameters)
+
+
+# ---------------------------------------------------------------- the copy-task loss
+
+def loss_variant(language_model, sequences, n, *, targets="next", positions="answer", start=0,
+                 reduction="mean", softmax_first=False):
+    """The loss with the shift or the answer mask done wrong: the ``targets`` = "inputs"
+    themselves, every position counted, the answer window shifted by ``start``, summed, or
+    softmax before the cross-entropy."""
+    inputs = sequences[:, :-1]
+    wanted = sequences[:, 1:] if targets == "next" else inputs
+    logits = language_model(inputs)  # (B, 2n, V)
+    if softmax_first:
+        logits = logits.softmax(dim=-1)
+    first = (n if positions == "answer" else 0) + start
+    per_token = F.cross_entropy(logits[:, first:].transpose(1, 2), wanted[:, first:],
+                                reduction="none")
+    return per_token.sum() if reduction == "sum" else per_token.mean()
+
 
 PROMPT_HALF_TOO = Mistake(
     "loss over the prompt half too",
-    "The prompt is random: nothing can predict it. Average the loss over the answer positions "
-    "only (where loss_mask is True).", {"positions": "all"})
+    "The source digits are random: nothing can predict them. Count only the predictions of the "
+    "answer tokens.", {"positions": "all"})
 TARGETS_NOT_SHIFTED = Mistake(
     "targets not shifted",
-    "The model predicts the NEXT token: compare its logits with batch.targets (the inputs "
-    "shifted by one), not with batch.inputs.", {"targets": "inputs"})
+    "Position t must predict the token that comes AFTER it: the targets are the sequence "
+    "shifted left by one, not the tokens the model reads.", {"targets": "inputs"})
 
-# ---------------------------------------------------------------- the masked loss
-
-def loss_variant(logits, targets, loss_mask, *, positions="answer", reduction="mean",
-                 softmax_first=False, log_softmax=True):
-    scores = logits.softmax(dim=-1) if softmax_first else logits
-    loss_fn = F.cross_entropy if log_softmax else F.nll_loss
-    per_token = loss_fn(scores.transpose(1, 2), targets, reduction="none")  # (B, L)
-    mask = {"answer": loss_mask, "all": torch.ones_like(loss_mask), "prompt": ~loss_mask}
-    mask = mask[positions]
-    if reduction == "sum":
-        return per_token[mask].sum()
-    if reduction == "per_sequence":
-        return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
-    if reduction == "all_positions":
-        return (per_token * mask).mean()
-    return per_token[mask].mean()
-
-
-COPY_TASK_LOSS = Exercise(
-    name="copy_task_loss",
-    reference=training.copy_task_loss,
-    inputs=("logits", "targets", "loss_mask"),
-    outputs=(("loss", "() a scalar"),),
-    variant=loss_variant,
-    mistakes=(
-        PROMPT_HALF_TOO,
-        Mistake("loss mask inverted (only the prompt counts)",
-                "loss_mask is True on the answer positions: those are the ones to average.",
-                {"positions": "prompt"}),
-        Mistake("summed instead of averaged",
-                "Average over the counted tokens so the loss does not grow with the batch.",
-                {"reduction": "sum"}),
-        Mistake("averaged per sequence, then over sequences",
-                "Average over all counted tokens at once: sequences with more answer tokens "
-                "should weigh more.", {"reduction": "per_sequence"}),
-        Mistake("masked positions counted in the mean",
-                "(per_token * loss_mask).mean() divides by every position, counted or not: "
-                "divide the sum by loss_mask.sum() instead.", {"reduction": "all_positions"}),
-        Mistake("nll_loss on raw logits (no log_softmax)",
-                "F.nll_loss expects log-probabilities: use F.cross_entropy on the logits, or "
-                "log_softmax first.", {"log_softmax": False}),
-        Mistake("softmax applied before cross_entropy",
-                "F.cross_entropy takes raw logits and applies log-softmax itself.",
-                {"softmax_first": True}),
-    ),
-    forbidden=forbid([training.copy_task_loss]),
+LOSS_MISTAKES = (
+    TARGETS_NOT_SHIFTED,
+    PROMPT_HALF_TOO,
+    Mistake("first answer token left out",
+            "The separator's position, n, predicts the first answer token: the answer's "
+            "predictions are those of input positions n to 2n - 1.", {"start": 1}),
+    Mistake("separator counted as an answer token",
+            "Input position n - 1 holds the last source token and predicts the separator, "
+            "which is always the same and not part of the answer: start at position n.",
+            {"start": -1}),
+    Mistake("summed instead of averaged",
+            "Average over the counted tokens, so the loss does not grow with the batch.",
+            {"reduction": "sum"}),
+    Mistake("softmax applied before cross_entropy",
+            "F.cross_entropy takes raw logits and applies log-softmax itself.",
+            {"softmax_first": True}),
 )
 
 
 def check_copy_task_loss(fn, seed: int = 0) -> None:
-    """Check copy_task_loss(logits, targets, loss_mask) -> scalar. Lesson: 05_copy_task"""
-    g = seeded(seed)
-    targets = torch.randint(5, (3, 8), generator=g)
-    half = (torch.arange(8) >= 4).expand(3, 8)
-    ragged = torch.arange(8) >= torch.tensor([[3], [5], [6]])  # answers of different lengths
-    cases = [
-        Case("B, L, V = 3, 8, 5; the answer is the second half", (randn(3, 8, 5, generator=g),
-                                                                  targets, half)),
-        Case("float64, with gradients", (randn(3, 8, 5, generator=g, dtype=torch.float64),
-                                         targets, half), grad=True),
-        Case("answers of different lengths in one batch", (randn(3, 8, 5, generator=g),
-                                                           targets, ragged)),
-    ]
-    run_check(COPY_TASK_LOSS, fn, cases)
-
-
-# ---------------------------------------------------------------- one training step
-
-def train_step_variant(model, optimizer, batch, *, zero_grad=True, step=True,
-                       targets="targets", positions="answer"):
-    model.train()
-    if zero_grad:
-        optimizer.zero_grad()
-    target = batch.targets if targets == "targets" else batch.inputs
-    mask = batch.loss_mask if positions == "answer" else torch.ones_like(batch.loss_mask)
-    loss = training.copy_task_loss(model(batch.inputs), target, mask)
-    loss.backward()
-    if step:
-        optimizer.step()
-    return loss.detach()
-
-
-OPTIMIZERS = {"SGD": lambda p: torch.optim.SGD(p, lr=0.5),
-              "AdamW": lambda p: torch.optim.AdamW(p, lr=0.01)}
-
-
-def training_run(train_step, seed: int, optimizer: str, steps: int = 3):
-    """Call ``train_step`` ``steps`` times on a small seeded model; return what changed."""
-    task = CopyTask(seq_len=4, vocab_size=5)
-    torch.manual_seed(seed)
-    model = DecoderOnlyTransformer(task.n_tokens, task.context_len, d_model=8).double()
-    opt = OPTIMIZERS[optimizer](model.parameters())
-    generator = seeded_generator(seed)
-    losses = [train_step(model, opt, task.batch(4, generator)) for _ in range(steps)]
-    parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return _as_number(losses, "train_step", "the loss"), parameters
-
-
-def _as_number(value, name: str, what: str) -> torch.Tensor:
-    """The student's returned number(s) as float64, with a clear error if nothing came back."""
-    if value is None or (isinstance(value, list) and None in value):
-        raise TypeError(f"{name} returned None: return {what}")
-    values = [float(v) for v in value] if isinstance(value, list) else value
-    return torch.as_tensor(values, dtype=torch.float64)
-
-
-TRAIN_STEP_MISTAKES = (
-    Mistake("gradients never reset (no optimizer.zero_grad())",
-            "backward() adds to .grad: call optimizer.zero_grad() before each backward pass.",
-            {"zero_grad": False}),
-    Mistake("parameters never updated",
-            "The order is zero_grad(), forward, loss.backward(), optimizer.step(): backward() "
-            "only computes gradients and step() applies them. A step() before backward(), or a "
-            "zero_grad() between them, finds no gradients and does nothing.",
-            {"step": False}),
-    TARGETS_NOT_SHIFTED,
-    PROMPT_HALF_TOO,
-)
-
-
-def check_train_step(fn, seed: int = 0) -> None:
-    """Check train_step(model, optimizer, batch) -> loss, by the parameters it leaves behind.
+    """Check copy_task_loss(model, sequences, n) -> scalar with a stand-in causal language model.
 
     Lesson: 05_copy_task
     """
+    vocab_size, max_len = 6, 8  # 5 digits and the separator; sequences of up to 2n + 1 = 9
+    torch.manual_seed(300 + seed)
+    state = StandInLanguageModel(vocab_size, max_len).state_dict()
+    reference = LossUnderTest(training.copy_task_loss, vocab_size, max_len, state)
     exercise = Exercise(
-        name="train_step",
-        reference=lambda s, o: training_run(training.train_step, s, o),
-        inputs=("seed", "optimizer"),
-        outputs=(("losses", "(3,): the loss each of 3 calls returned"),
-                 ("parameters", "every parameter after 3 calls, flattened")),
-        variant=lambda s, o, **knobs: training_run(
-            lambda m, opt, b: train_step_variant(m, opt, b, **knobs), s, o),
-        mistakes=TRAIN_STEP_MISTAKES,
-        forbidden=forbid([training.train_step]),
+        name="copy_task_loss",
+        reference=reference,
+        inputs=("sequences", "n"),
+        outputs=(("loss", "() a scalar tensor"),),
+        variant=lambda sequences, n, dtype=torch.float32, **knobs: loss_variant(
+            reference.models[dtype], sequences, n, **knobs),
+        mistakes=LOSS_MISTAKES,
+        forbidden=forbid([training.copy_task_loss]),
     )
-    cases = [Case("3 calls on a small model with SGD", (seed, "SGD")),
-             Case("3 calls on a small model with AdamW", (seed, "AdamW"))]
-    run_check(exercise, lambda s, o: training_run(fn, s, o), cases)
-
-
-# ---------------------------------------------------------------- greedy decoding
-
-def decode_variant(model, prompt, n_new, *, position=-1, feed="prediction",
-                   keep_prompt=False):
-    tokens, predicted = prompt, []
-    with torch.no_grad():
-        for _ in range(n_new):
-            next_token = model(tokens)[:, position].argmax(dim=-1, keepdim=True)  # (B, 1)
-            predicted.append(next_token)
-            if feed == "only_new":
-                tokens = next_token
-            else:
-                fed_back = next_token if feed == "prediction" else tokens[:, -1:]
-                tokens = torch.cat([tokens, fed_back], dim=1)
-    out = torch.cat(predicted, dim=1)
-    return torch.cat([prompt, out], dim=1) if keep_prompt else out
-
-
-class PrefixSumModel(nn.Module):
-    """A stand-in language model: at every position it predicts (sum of the tokens so far)
-    mod V, so greedy decoding is right only if each step sees the whole, growing sequence."""
-
-    def __init__(self, vocab_size: int = 7):
-        super().__init__()
-        self.vocab_size = vocab_size
-
-    def forward(self, tokens):
-        next_token = tokens.cumsum(dim=-1) % self.vocab_size  # (B, T)
-        return 5.0 * F.one_hot(next_token, self.vocab_size).float()  # (B, T) -> (B, T, V)
-
-
-GREEDY_DECODE_MISTAKES = (
-    Mistake("decoding from the first position's logits",
-            "The next token is predicted at the LAST position: logits[:, -1].",
-            {"position": 0}),
-    Mistake("decoding feeds back the wrong token",
-            "Append the token you just predicted, so the next step sees it.",
-            {"feed": "repeat"}),
-    Mistake("decoding forgets the context (feeds only the new token)",
-            "Each step reads the prompt and everything generated so far: append the new token "
-            "to the sequence (torch.cat along dim=1) instead of replacing it.",
-            {"feed": "only_new"}),
-    Mistake("prompt returned with the new tokens",
-            "Return only the n_new generated tokens: tokens[:, prompt.shape[1]:].",
-            {"keep_prompt": True}),
-)
-
-
-def check_greedy_decode(fn, seed: int = 0) -> None:
-    """Check greedy_decode(model, prompt, n_new) -> (B, n_new) with a stand-in model whose
-    next token depends on the whole sequence so far.
-
-    Lesson: 05_copy_task
-    """
-    model, g = PrefixSumModel(), seeded(seed)
-    exercise = Exercise(
-        name="greedy_decode",
-        reference=lambda prompt, n: training.greedy_decode(model, prompt, n),
-        inputs=("prompt", "n_new"),
-        outputs=(("tokens", "(B, n_new): only the new tokens"),),
-        variant=lambda prompt, n, **knobs: decode_variant(model, prompt, n, **knobs),
-        mistakes=GREEDY_DECODE_MISTAKES,
-        forbidden=forbid([training.greedy_decode]),
-    )
+    student = Harnessed(LossUnderTest, (fn, vocab_size, max_len, state))
+    g = seeded_generator(seed)
     cases = [
-        Case("B = 4 prompts of 5 tokens, 6 new tokens", (torch.randint(7, (4, 5), generator=g), 6)),
-        Case("a one-token prompt", (torch.randint(7, (3, 1), generator=g), 5)),
-        Case("a single new token", (torch.randint(7, (2, 4), generator=g), 1)),
+        Case("B = 3 copies of n = 4 digits: sequences (3, 9)",
+             (CopyTask(4, 5).batch(3, g).sequences, 4)),
+        Case("n = 3, reversed answers: sequences (4, 7)",
+             (CopyTask(3, 5, reverse=True).batch(4, g).sequences, 3)),
+        Case("float64 model, with gradients for every parameter",
+             (CopyTask(4, 5).batch(2, g).sequences, 4), {"dtype": torch.float64}, grad=True),
     ]
-    run_check(exercise, lambda prompt, n: fn(model, prompt, n), cases)
-
-
-# ---------------------------------------------------------------- sequence accuracy
-
-def accuracy_variant(predicted, expected, *, unit="sequence", axis=-1):
-    right = predicted == expected
-    per_unit = right.float() if unit == "token" else right.all(dim=axis).float()
-    return per_unit.mean().double()
-
-
-SEQUENCE_ACCURACY = Exercise(
-    name="sequence_accuracy",
-    reference=lambda p, e: torch.tensor(training.sequence_accuracy(p, e), dtype=torch.float64),
-    inputs=("predicted", "expected"),
-    outputs=(("accuracy", "() a number between 0 and 1"),),
-    variant=accuracy_variant,
-    mistakes=(
-        Mistake("token accuracy instead of sequence accuracy",
-                "A sequence counts only if EVERY token is right: .all() along the sequence "
-                "axis, then the mean over the batch.", {"unit": "token"}),
-        Mistake("all() over the batch axis",
-                "Reduce along the sequence axis (dim=-1), one verdict per sequence.",
-                {"axis": 0}),
-    ),
-    forbidden=forbid([training.sequence_accuracy]),
-)
-
-
-def check_sequence_accuracy(fn, seed: int = 0) -> None:
-    """Check sequence_accuracy(predicted, expected) -> float in [0, 1]. Lesson: 05_copy_task"""
-    g = seeded(seed)
-    expected = torch.randint(10, (5, 4), generator=g)
-    partly = expected.clone()
-    partly[1, 2] = (partly[1, 2] + 1) % 10  # one wrong token
-    partly[3] = (partly[3] + 1) % 10  # all wrong
-    cases = [
-        Case("5 sequences of 4 tokens: 3 right, one with one wrong token, one all wrong",
-             (partly, expected)),
-        Case("every sequence right", (expected, expected.clone())),
-        Case("every token right but the last of each sequence",
-             (torch.cat([expected[:, :-1], (expected[:, -1:] + 1) % 10], dim=1), expected)),
-    ]
-    run_check(SEQUENCE_ACCURACY,
-              lambda p, e: _as_number(fn(p, e), "sequence_accuracy", "the accuracy"), cases)
+    run_check(exercise, student, cases, reference_parameters=reference.probe_parameters)
 
 
 # ---------------------------------------------------------------- the trained model, held out
 
 COPY_TASK = CopyTask(seq_len=10, vocab_size=10)
 HELD_OUT_SEED, HELD_OUT_SEQUENCES, TARGET_ACCURACY = 2024, 1000, 0.99
-CONFIG = ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "learned_positions")
 MODEL_LIMITS = {"vocab_size": 1024, "max_len": 4096, "d_model": 1024, "n_heads": 64,
-                "n_layers": 16, "d_ff": 8192, "learned_positions": 1}
+                "n_layers": 16, "d_ff": 8192, "positions": 2, "scale_tokens": 1}
 STILL_LEARNING = (
-    "Did training reach 99.8% held-out accuracy? If it stopped at 1500 steps below that, train "
-    "further in a new cell, history = fit(model, task, seed=1), and run this check again. If "
-    "the loss never fell, check train_step (zero_grad, forward, loss, backward, step); if it "
-    "fell but the accuracy stayed low, check greedy_decode.")
-
-
-def held_out_run(model, greedy_decode, data_seed: int) -> tuple:
-    """Decode fresh prompts with the student's model and ``greedy_decode``; return the tokens,
-    the model's sizes and its weights, so the accuracy can be measured without either."""
-    if not isinstance(model, DecoderOnlyTransformer):
-        raise TypeError(f"`model` is a {type(model).__name__}, expected the lesson's "
-                        f"DecoderOnlyTransformer")
-    test = COPY_TASK.batch(HELD_OUT_SEQUENCES, seeded_generator(data_seed))
-    device, was_training = next(model.parameters()).device, model.training
-    model.eval()
-    try:
-        tokens = greedy_decode(model, COPY_TASK.prompt(test.source).to(device), COPY_TASK.seq_len)
-    finally:
-        model.train(was_training)
-    return (tokens, torch.tensor([model_config(model)[key] for key in CONFIG]),
-            *model.state_dict().values())
-
-
-def model_config(model: DecoderOnlyTransformer) -> dict[str, int]:
-    block = model.blocks[0]
-    return {"vocab_size": model.head.out_features, "max_len": model.embed.max_len,
-            "d_model": model.head.in_features, "n_heads": block.attn.n_heads,
-            "n_layers": len(model.blocks), "d_ff": block.mlp[0].out_features,
-            "learned_positions": int(isinstance(model.embed.position, nn.Parameter))}
+    "Did training reach its target? If train stopped below it, train further in a new cell, "
+    "history = train(model, task, copy_task_loss, TrainConfig(seed=1)), and run this check "
+    "again. If the loss never fell, check copy_task_loss; if the model trains but some other "
+    "way than the lesson's, check your DecoderBlock.")
 
 
 def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransformer:
-    """The lesson's model class with the recorded weights, from sizes within sane limits. It is
-    laid out on the meta device first: memory is taken only once the recorded weights (whose
-    size the grader bounds) have the shapes the sizes claim."""
+    """The lesson's model, with the course's block, from recorded sizes within sane limits and
+    the recorded weights. It is laid out on the meta device first: memory is taken only once
+    the recorded weights (whose size the grader bounds) have the shapes the sizes claim."""
     sizes = dict(zip(CONFIG, (int(n) for n in config.tolist()), strict=True))
     if any(not 0 <= sizes[key] <= limit for key, limit in MODEL_LIMITS.items()):
         raise ValueError(f"model sizes out of range: {sizes}")
-    learned = bool(sizes.pop("learned_positions"))
+    positions = {code: name for name, code in POSITION_CODES.items()}[sizes.pop("positions")]
+    scale_tokens = bool(sizes.pop("scale_tokens"))
     with torch.device("meta"):
-        model = DecoderOnlyTransformer(**sizes, learned_positions=learned)
+        model = DecoderOnlyTransformer(**sizes, block=reference_model.DecoderBlock,
+                                       positions=positions, scale_tokens=scale_tokens)
     state = dict(zip(model.state_dict(), weights, strict=True))
     for name, shape in ((n, t.shape) for n, t in model.state_dict().items()):
         if not isinstance(state[name], torch.Tensor) or state[name].shape != shape:
@@ -337,7 +568,7 @@ def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransforme
 
 def assess_copy_accuracy(case: Case, outputs: tuple) -> str | None:
     """Held-out sequence accuracy with the student's decoding, then teacher-forced from the
-    weights alone; both must reach 99%."""
+    weights alone through the course's block; both must reach 99%."""
     (data_seed,) = case.args
     test = COPY_TASK.batch(HELD_OUT_SEQUENCES, seeded_generator(data_seed))
     answer = COPY_TASK.answer(test.source)
@@ -359,7 +590,9 @@ def assess_copy_accuracy(case: Case, outputs: tuple) -> str | None:
     teacher_forced = right.all(dim=-1).double().mean().item()
     if teacher_forced < TARGET_ACCURACY:
         return (f"teacher-forced sequence accuracy {teacher_forced:.1%}, below "
-                f"{TARGET_ACCURACY:.0%}: greedy_decode's tokens do not come from this model")
+                f"{TARGET_ACCURACY:.0%}, with these weights in the course's block: either "
+                f"greedy_decode's tokens do not come from this model, or your DecoderBlock "
+                f"computes something else than the pre-norm block (its check says what)")
     return None
 
 
@@ -378,4 +611,6 @@ def check_copy_accuracy(model, greedy_decode, seed: int = 0) -> None:
     data_seed = HELD_OUT_SEED + seed
     cases = [Case(f"{HELD_OUT_SEQUENCES} fresh sequences of {COPY_TASK.seq_len} digits "
                   f"(seed {data_seed}, never used in training), decoded greedily", (data_seed,))]
-    run_check(COPY_ACCURACY, lambda s: held_out_run(model, greedy_decode, s), cases)
+    student = Harnessed(HeldOutRun, (model, greedy_decode, COPY_TASK.seq_len,
+                                     COPY_TASK.vocab_size, HELD_OUT_SEQUENCES))
+    run_check(COPY_ACCURACY, student, cases)
