@@ -107,15 +107,20 @@ LESSONS = (
                            difficulty=3, minutes=20)),
         may_import=("attention", "masks")),
     Lesson(
-        "05_copy_task", "copy task", teaches=("model", "data", "training"),
-        builds="masked loss, a training step, greedy decoding, sequence accuracy",
-        practice=(Practice("copy_task_loss", "training.copy_task_loss"),
-                  Practice("train_step", "training.train_step"),
-                  Practice("greedy_decode", "training.greedy_decode"),
-                  Practice("sequence_accuracy", "training.sequence_accuracy"),
+        "05_copy_task", "the transformer block, trained to copy",
+        teaches=("model", "data", "training"),
+        builds="causal self-attention layer, MLP, pre-norm decoder block; the loss with the "
+               "causal shift and the answer mask; a model of your block trained to copy, and "
+               "ablations of positions, heads and the embedding scale",
+        practice=(Practice("causal_self_attention", "model.CausalSelfAttention",
+                           difficulty=1, minutes=5),
+                  Practice("mlp", "model.MLP", difficulty=2, minutes=10),
+                  Practice("decoder_block", "model.DecoderBlock", difficulty=2, minutes=10),
+                  Practice("copy_task_loss", "training.copy_task_loss", difficulty=2, minutes=10),
                   Practice("copy_accuracy", written=False)),
         may_import=("embeddings", "attention", "masks", "multihead", "data",
-                    "model.DecoderOnlyTransformer", "training.History")),
+                    "model.DecoderOnlyTransformer", "training.train", "training.TrainConfig",
+                    "training.History", "training.greedy_decode", "training.sequence_accuracy")),
 )
 
 

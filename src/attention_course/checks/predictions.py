@@ -77,6 +77,28 @@ QUESTIONS = {
         "same", options=("more", "fewer", "same"), aliases={"the same": "same", "equal": "same"},
         why="Every projection is a (C, C) matrix whatever H is: more heads only means narrower "
             "heads (D = C / H), so the layer keeps 4C² + 4C parameters."),
+    "05-no-positions": Question(
+        "none", options=("none", "some", "all"),
+        why="Without positions every source digit looks the same to attention wherever it "
+            "stands, so the answer position n + k cannot ask for the digit at position k: the "
+            "model stays at 0% while both kinds of positions pass 99%."),
+    "05-learned-or-sinusoidal": Question(
+        "learned", options=("learned", "sinusoidal"),
+        why="The learned rows start as random vectors, nearly orthogonal, so every position is "
+            "easy to tell from its neighbours; neighbouring sinusoidal rows are alike, and "
+            "attention needs more steps to sharpen the difference between key k and key k ± 1."),
+    "05-one-head": Question(
+        "same", options=("slower", "same", "faster"),
+        aliases={"about the same": "same", "the same": "same", "as fast": "same"},
+        why="Copying needs one lookup per answer position, the digit n places back, and one "
+            "head does it; several heads pay off when a position must gather from several "
+            "places at once."),
+    "05-no-scale": Question(
+        "slower", options=("slower", "same", "faster"),
+        aliases={"about the same": "same", "the same": "same"},
+        why="Without the factor the token rows start much shorter than the position rows, so "
+            "the digits to copy are a whisper under the positions until training has grown "
+            "them: more steps to the target."),
 }
 
 
