@@ -15,7 +15,8 @@ import nbformat
 import psutil
 import pytest
 
-from grader import cli, sandbox
+from attention_course import lessons
+from grader import cli, package, sandbox
 from grader.course import ROOT, Workspace
 from grader.demo import practice_names, student_notebook
 
@@ -23,23 +24,27 @@ NO_NAMESPACES = "bwrap: No permissions to create a new namespace, likely because
                 "does not allow non-privileged user namespaces."
 
 
-def run_inside(code: str, disk: int = 2**26) -> dict:
+def run_inside(code: str, disk: int = 2**26, package_root: Path | None = None) -> dict:
     """Run ``code`` (which prints one JSON object) in a fresh sandbox; what it printed."""
     done = subprocess.run(sandbox.sandboxed([sandbox.PYTHON, "-I", "-c", textwrap.dedent(code)],
-                                            disk), capture_output=True, text=True, timeout=60)
+                                            disk, package_root),
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_but_scratch():
+def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_but_scratch(
+        tmp_path):
+    root = package.build(lessons.lesson("02_scaled_dot_product"), tmp_path / "package")
     seen = run_inside(f"""
-        import json, os
+        import json, os, sys
         def writable(path):
             try:
                 open(path, "w").close()
                 return True
             except OSError:
                 return False
+        sys.path.insert(0, {str(sandbox.INSIDE_PACKAGE)!r})
         import attention_course
         print(json.dumps({{
             "repository": os.listdir({str(ROOT)!r}) if os.path.isdir({str(ROOT)!r}) else [],
@@ -49,9 +54,11 @@ def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_b
             "writable": [p for p in ("/submission/x", "/x", "/dev/x", "/tmp/x", "/usr/x",
                                      attention_course.__file__) if writable(p)],
             "uid": os.getuid(),
-        }}))""")
-    assert set(seen["repository"]) <= {".venv", "src"}  # the environment and the package only
-    assert seen["package"].startswith(str(ROOT / "src"))
+            "whole package": os.path.exists({str(sandbox.PACKAGE)!r}),
+        }}))""", package_root=root)
+    assert set(seen["repository"]) <= {".venv"}  # the environment only
+    assert seen["package"].startswith(str(sandbox.INSIDE_PACKAGE))  # the lesson's package
+    assert not seen["whole package"]
     assert seen["environment"] == sorted(["LANG", "OMP_NUM_THREADS", "PATH", "PWD", "USER"])
     assert len(seen["processes"]) <= 3  # bwrap's init and this python: a PID namespace
     assert seen["writable"] == ["/submission/x"]
