@@ -1,0 +1,134 @@
+"""Tiled attention with an online softmax: FlashAttention's algorithm in plain PyTorch.
+
+Lesson: 07_inference_and_scale
+
+Attention as written in lesson 02 builds the whole (T, S) matrix of scores, then of weights:
+memory that grows like T * S. Tiled attention reads the keys and values one block at a time
+and keeps, for every query, three running quantities: the largest score so far ``m``, the sum
+of exp(score - m) so far ``l``, and the sum of exp(score - m) * value so far ``acc``. When a
+block brings a larger score, what was accumulated is rescaled by exp(m_old - m_new); at the
+end ``acc / l`` is the softmax-weighted sum of the values, exactly. Only a (T, block) slice of
+scores ever exists.
+"""
+
+import weakref
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
+                    scale: float | None = None, block_size: int = 64) -> Tensor:
+    """softmax(Q K^T * scale) V, one block of keys at a time, without the (T, S) weights.
+
+    Args:
+        query: (B, H, T, D) queries (any leading dims that broadcast).
+        key: (B, H, S, D) keys.
+        value: (B, H, S, Dv) values.
+        is_causal: query t sits at position S - T + t, as the last T tokens of a sequence of S
+            (after a cache), and sees keys s <= S - T + t: the causal mask aligned at the
+            bottom-right corner. Needs T <= S; with T = S it is PyTorch's ``is_causal``.
+        scale: factor for the scores; None means 1/sqrt(D).
+        block_size: how many keys each step reads.
+    Returns:
+        (B, H, T, Dv) the same output as attention computed in one piece, up to rounding.
+    Lesson: 07_inference_and_scale
+    """
+    T, S = query.shape[-2], key.shape[-2]
+    if is_causal and T > S:
+        raise ValueError(f"is_causal needs T <= S: {T} queries cannot be the last of {S} keys")
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    m = query.new_full((*batch, T, 1), float("-inf"))  # running max of each query's scores
+    l = query.new_zeros((*batch, T, 1))  # running sum of exp(score - m)
+    acc = query.new_zeros((*batch, T, value.shape[-1]))  # running sum of exp(score - m) * value
+    position = torch.arange(S - T, S, device=query.device)[:, None]  # (T, 1): each query's place
+    for start in range(0, S, block_size):
+        k = key[..., start:start + block_size, :]  # (B, H, b, D)
+        v = value[..., start:start + block_size, :]  # (B, H, b, Dv)
+        scores = query @ k.transpose(-2, -1) * scale  # (B,H,T,D) @ (B,H,D,b) -> (B,H,T,b)
+        if is_causal:
+            keys_at = torch.arange(start, start + k.shape[-2], device=query.device)  # (b,)
+            scores = scores.masked_fill(keys_at > position, float("-inf"))  # (T, b) future
+        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (B, H, T, 1)
+        rescale = torch.exp(m - m_new)  # what was summed against m is now against m_new
+        p = torch.exp(scores - m_new)  # (B, H, T, b)
+        l = l * rescale + p.sum(dim=-1, keepdim=True)
+        acc = acc * rescale + p @ v  # (B,H,T,b) @ (B,H,b,Dv) -> (B,H,T,Dv)
+        m = m_new
+    return acc / l
+
+
+def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
+                    scale: float | None = None, block_size: int = 64) -> Tensor:
+    """``tiled_attention`` on one block of queries at a time, as FlashAttention does.
+
+    Then only a (block, block) slice of scores and a (block, Dv) accumulator exist at once.
+    With ``is_causal`` a block of queries sees no key after its last query, so it runs on the
+    keys up to there only: the blocks above the diagonal are never computed. The arguments and
+    the result are those of ``tiled_attention``.
+    Lesson: 07_inference_and_scale
+    """
+    T, S = query.shape[-2], key.shape[-2]
+    blocks = []
+    for start in range(0, T, block_size):
+        q = query[..., start:start + block_size, :]  # (B, H, b, D)
+        end = S - T + start + q.shape[-2] if is_causal else S  # keys this block may see
+        blocks.append(tiled_attention(q, key[..., :end, :], value[..., :end, :], is_causal,
+                                      scale, block_size))
+    return torch.cat(blocks, dim=-2)  # (B, H, T, Dv)
+
+
+# ---------------------------------------------------------------- measuring memory
+
+def peak_memory(fn, *args, **kwargs) -> tuple:
+    """Run ``fn(*args, **kwargs)``; return its result and the peak bytes of the tensors it
+    created that were alive at the same time.
+
+    On a GPU this is the CUDA allocator's own peak. On the CPU every tensor that an operation
+    creates is counted from its creation until it is freed (views and in-place results add
+    nothing); work space inside a fused kernel, which PyTorch never sees as a tensor, is not.
+    Lesson: 07_inference_and_scale
+    """
+    device = next((a.device for a in args if isinstance(a, Tensor)), torch.device("cpu"))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        result = fn(*args, **kwargs)
+        torch.cuda.synchronize(device)
+        return result, torch.cuda.max_memory_allocated(device) - before
+    with _LiveTensors() as live:
+        result = fn(*args, **kwargs)
+    return result, live.peak
+
+
+class _LiveTensors(TorchDispatchMode):
+    """Counts the bytes of the storages that operations create while it is active, until each
+    storage is freed, and keeps the peak."""
+
+    def __init__(self):
+        super().__init__()
+        self.now = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        returns = func._schema.returns
+        outputs = out if isinstance(out, tuple | list) else (out,)
+        for described, result in zip(returns, outputs, strict=False):
+            if described.alias_info is None:  # a new tensor, not a view or an in-place result
+                for tensor in tree_leaves(result):
+                    if isinstance(tensor, Tensor):
+                        self._count(tensor.untyped_storage())
+        return out
+
+    def _count(self, storage) -> None:
+        size = storage.nbytes()
+        self.now += size
+        self.peak = max(self.peak, self.now)
+        weakref.finalize(storage, self._free, size)
+
+    def _free(self, size: int) -> None:
+        self.now -= size
