@@ -2,9 +2,8 @@
 
 Each worker owns one warm runner process in its own sandbox (``runner.py`` in ``sandbox``:
 torch already imported, one fresh confined process per submission), so a submission costs its
-own cells, not a sandbox, a kernel start and an ``import torch``. A runner serves one lesson, with
-the package that lesson's notebook may see (``package``); a worker restarts its runner when the
-lesson changes, and submissions are taken lesson by lesson. At each graded cell the student's
+own cells, not a sandbox, a kernel start and an ``import torch``; what the submission's lesson
+may import from the course comes with it (``package``). At each graded cell the student's
 process waits while the checks run here, in the trusted process, which asks it only to call
 the student's code on the cases it sends (``verdicts``). Workers run side by side (default: one
 per core). Outcomes:
@@ -58,9 +57,10 @@ class Limits:
     open_files: int = 256
     output_kept: int = 256 * 1024  # bytes of its printed output kept for the instructor
 
-    def job(self, cells: list[dict]) -> dict:
+    def job(self, cells: list[dict], modules: dict[str, str]) -> dict:
         """What the runner needs to run one submission (``runner.py`` documents the format)."""
-        return {"cells": cells, "cell_timeout": self.cell_timeout, "budget": self.budget,
+        return {"cells": cells, "modules": modules, "cell_timeout": self.cell_timeout,
+                "budget": self.budget,
                 "output_kept": self.output_kept, "record_limit": MAX_RECORD_BYTES,
                 "limits": {"memory": self.memory, "cpu_seconds": math.ceil(self.budget),
                            "file_size": self.file_size, "open_files": self.open_files}}
@@ -82,14 +82,12 @@ OnGraded = Callable[[str, Exchange], None]  # (grade_id, exchange) at each grade
 
 
 class Runner:
-    """One warm runner process for one lesson at a time, in its own sandbox unless
-    ``sandboxed`` is false (then with the grader's rights, in ``scratch``); restarted whenever
-    it dies, stops answering or is needed for another lesson."""
+    """One warm runner process, in its own sandbox unless ``sandboxed`` is false (then with the
+    grader's rights, in ``scratch``); restarted whenever it dies or stops answering."""
 
     def __init__(self, scratch: Path, limits: Limits, sandboxed: bool = True):
         self.scratch, self.limits, self.sandboxed = scratch, limits, sandboxed
         self.process: subprocess.Popen | None = None
-        self.lesson: str | None = None
         self.buffer, self.deadline = b"", 0.0
 
     def command(self, package_root: Path) -> list[str]:
@@ -99,25 +97,24 @@ class Runner:
         return [sandbox.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch),
                 "--package-root", str(package_root)]
 
-    def start(self, lesson: str) -> None:
+    def start(self) -> None:
         self.stop()
-        root = package.build(registry.lesson(lesson),
-                             self.scratch.parent / "packages" / self.scratch.name / lesson)
+        root = package.build(self.scratch.parent / "packages" / self.scratch.name)
         env = {} if self.sandboxed else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                                          "OMP_NUM_THREADS": "1"}  # none of the grader's
         self.process = subprocess.Popen(self.command(root), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=env,
                                         cwd=None if self.sandboxed else self.scratch,
                                         start_new_session=True)
-        self.lesson, self.buffer = lesson, b""
+        self.buffer = b""
         self._line(time.monotonic() + self.limits.start_timeout)
 
-    def run(self, lesson: str, job: dict, on_graded: OnGraded) -> tuple[dict, dict[str, bytes]]:
+    def run(self, job: dict, on_graded: OnGraded) -> tuple[dict, dict[str, bytes]]:
         """The runner's answer to ``job`` and the files that came with it; ``on_graded`` is
         called at each graded cell, and may exchange requests for replies meanwhile."""
         try:
-            if self.process is None or self.process.poll() is not None or self.lesson != lesson:
-                self.start(lesson)
+            if self.process is None or self.process.poll() is not None:
+                self.start()
             self.deadline = time.monotonic() + job["budget"] + 30
             self._send(job)
             while "event" in (message := self._line(self.deadline)):
@@ -215,7 +212,8 @@ def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace:
             judged[grade_id] = judge_cell(cells[grade_id], waiting)
 
     try:
-        answer, files = runner.run(lesson.name, runner.limits.job(steps), on_graded)
+        job = runner.limits.job(steps, package.modules(registry.lesson(lesson.name)))
+        answer, files = runner.run(job, on_graded)
     except Unreadable as err:
         runner.stop()
         return failed(submission, lesson, Outcome.UNGRADABLE, f"ungradable record: {err}",
@@ -280,12 +278,9 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
         on_result(result)
         return result
 
-    by_lesson = sorted(range(len(submissions)), key=lambda i: submissions[i].lesson)
     try:
-        with ThreadPoolExecutor(workers) as pool:  # lesson by lesson: runners restart rarely
-            graded = dict(zip(by_lesson, pool.map(grade, [submissions[i] for i in by_lesson]),
-                              strict=True))
-        return [graded[i] for i in range(len(submissions))]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(grade, submissions))
     finally:
         while not runners.empty():
             runners.get().stop()

@@ -1,18 +1,20 @@
 """The course package as the student's process sees it while one lesson is graded.
 
-It holds what the lesson's notebook may import (the registry's ``may_import``: earlier lessons'
-references and this lesson's given code), the utilities, and the student's half of the checks
-(``checks/observing.py``, ``harness.py``, ``wire.py``, ``shortcuts.py``); nothing else. Not this
-lesson's exercise references, no check, no mistake catalogue: they are not importable and not
-readable as files, so no code in the submission can produce a right answer with them. A module
-of which only some names may be imported is cut down to those names and what they need (read
-with ``ast``); if they need an exercise reference of the lesson, building fails and says so.
-
-``checks/__init__.py`` is a stand-in: its ``check_*`` functions only say that the grader runs
-the checks, so the notebook's own check cells run and do nothing.
+It is made of two parts. On disk, the same for every lesson (``build``): the utilities and the
+student's half of the checks (``checks/observing.py``, ``harness.py``, ``wire.py``,
+``shortcuts.py``), with a stand-in ``checks/__init__.py`` whose ``check_*`` functions only say
+that the grader runs the checks (so the notebook's own check cells run and do nothing). In
+memory, per submission (``modules``): the source of what the lesson's notebook may import (the
+registry's ``may_import``: earlier lessons' references and this lesson's given code), sent with
+the job and imported from there (``runner.py``). Nothing else: not this lesson's exercise
+references, no check, no mistake catalogue, neither importable nor readable as files, so no
+code in the submission can produce a right answer with them. A module of which only some names
+may be imported is cut down to those names and what they need (read with ``ast``); if they need
+an exercise reference of the lesson, building fails and says so.
 """
 
 import ast
+import functools
 import shutil
 from pathlib import Path
 
@@ -40,9 +42,9 @@ class PackageError(ValueError):
     """The registry asks for a sandbox package that cannot be built (the message says why)."""
 
 
-def build(lesson: lessons.Lesson, root: Path) -> Path:
-    """Write lesson ``lesson``'s package under ``root`` (replacing what was there); return
-    ``root``, the folder to put on the student's ``sys.path``."""
+def build(root: Path) -> Path:
+    """Write the part on disk under ``root`` (replacing what was there); return ``root``, the
+    folder to put on the student's ``sys.path``."""
     package = root / "attention_course"
     if root.exists():
         shutil.rmtree(root)
@@ -52,11 +54,10 @@ def build(lesson: lessons.Lesson, root: Path) -> Path:
     for name in STUDENT_SIDE:
         shutil.copy(SOURCE / "checks" / name, package / "checks" / name)
     (package / "checks" / "__init__.py").write_text(CHECKS_STAND_IN)
-    for module, source in modules(lesson).items():
-        (package / f"{module}.py").write_text(source)
     return root
 
 
+@functools.cache
 def modules(lesson: lessons.Lesson) -> dict[str, str]:
     """Module name -> source, for what ``lesson``'s notebook may import."""
     wanted: dict[str, set[str] | None] = {}  # None: the whole module

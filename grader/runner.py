@@ -1,19 +1,22 @@
 """The only part of grading that runs student code: a warm interpreter that forks one process
 per submission.
 
-Started once per grading worker and lesson (``python -I grader/runner.py --scratch DIR
---package-root ROOT``), in the sandbox where there is one, it imports torch, IPython and
-matplotlib once, and the course package as that lesson's notebook may see it (``ROOT``, built
-by ``grader/package.py``: no exercise reference of the lesson, no check), then reads jobs from
-stdin, one JSON line each:
+Started once per grading worker (``python -I grader/runner.py --scratch DIR --package-root
+ROOT``), in the sandbox where there is one, it imports torch, IPython, matplotlib and the part
+of the course package every lesson shares (``ROOT``, built by ``grader/package.py``: the
+utilities and the student's half of the checks) once, then reads jobs from stdin, one JSON line
+each:
 
     {"cell_timeout": 120, "budget": 600, "output_kept": 262144, "record_limit": 67108864,
      "limits": {"memory": ..., "cpu_seconds": ..., "file_size": ..., "open_files": ...},
+     "modules": {"attention": "<source>", ...},
      "cells": [{"kind": "code", "source": "..."}, {"kind": "graded", "grade_id": "..."}, ...]}
 
 For each job it forks a fresh process, confined before any student code runs (``confinement``:
 resource limits, no new processes), that runs the code cells in order in an IPython shell (the
-engine inside ipykernel). Where a graded cell stood, it stops and the grader judges: this
+engine inside ipykernel). The job's ``modules`` (name -> source: what the lesson's notebook may
+import from the package, see ``grader/package.py``) are importable there as
+``attention_course.<name>``, from memory: the next job's lesson cannot see them. Where a graded cell stood, it stops and the grader judges: this
 process relays, as framed messages on stdout and stdin,
 
     -> {"event": "at", "grade_id": "..."}          the student's process waits here
@@ -41,6 +44,8 @@ the grader's files are not visible.
 import argparse
 import fcntl
 import importlib
+import importlib.abc
+import importlib.util
 import json
 import os
 import select
@@ -103,9 +108,29 @@ def prepare(scratch: Path, package_root: Path, own_pid_namespace: bool = False) 
 
 # ---------------------------------------------------------------- in the forked process
 
+class LessonModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``attention_course.<name>`` from a job's sources, held in memory."""
+
+    def __init__(self, sources: dict[str, str]):
+        self.sources = {f"attention_course.{name}": source for name, source in sources.items()}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.sources:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, origin=f"<{fullname}>")
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        code = compile(self.sources[module.__name__], f"<{module.__name__}>", "exec")
+        exec(code, vars(module))  # the course's own source, sent by the grader
+
+
 def run_submission(job: dict, setup: Setup, progress, channel, requests) -> None:
     """Runs in the forked process: execute the cells; at each graded cell, answer the
     grader's requests until it says to go on."""
+    sys.meta_path.insert(0, LessonModules(job["modules"]))
     os.chdir(setup.scratch / "work")
     for stream in (sys.stdout, sys.stderr):  # what it printed survives its being killed
         stream.reconfigure(line_buffering=True)

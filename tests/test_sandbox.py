@@ -15,7 +15,6 @@ import nbformat
 import psutil
 import pytest
 
-from attention_course import lessons
 from grader import cli, package, sandbox
 from grader.course import ROOT, Workspace
 from grader.demo import practice_names, student_notebook
@@ -35,7 +34,7 @@ def run_inside(code: str, disk: int = 2**26, package_root: Path | None = None) -
 
 def test_inside_only_the_python_environment_is_visible_and_nothing_is_writable_but_scratch(
         tmp_path):
-    root = package.build(lessons.lesson("02_scaled_dot_product"), tmp_path / "package")
+    root = package.build(tmp_path / "package")
     seen = run_inside(f"""
         import json, os, sys
         def writable(path):
