@@ -39,7 +39,8 @@ class Remote:
 
     def run(self, exercise, student, cases, reference, reference_parameters) -> None:
         request = {"inputs": list(exercise.inputs),
-                   "forbidden": sorted(exercise.forbidden.builtin_names),
+                   "forbidden": {"builtins": sorted(exercise.forbidden.builtin_names),
+                                 "functions": exercise.forbidden.qualified_names},
                    "student": describe(student),
                    "cases": [{"description": c.description, "args": tuple(c.args),
                               "kwargs": dict(c.kwargs), "grad": c.grad} for c in cases]}

@@ -55,6 +55,27 @@ def test_a_builtin_the_exercise_forbids_is_a_refused_shortcut():
     assert (result.passed, result.mistake) == (False, "shortcut")
 
 
+def test_a_forbidden_python_function_is_caught_by_its_name_where_only_names_travel():
+    import copy
+
+    from torch import nn
+
+    def mha_forward(self, query, key, value, attn_mask=None, is_causal=False):
+        builtin = nn.MultiheadAttention(self.d_model, self.n_heads, batch_first=True).double()
+        builtin.forward(query.double(), key.double(), value.double())
+        return copy.deepcopy(REFERENCE_MHA).to(query.dtype)(query, key, value, attn_mask,
+                                                              is_causal=is_causal)
+
+    from attention_course import multihead
+    REFERENCE_MHA = multihead.MultiHeadAttention(12, 3).eval()
+    student = type("MultiHeadAttention", (multihead.MultiHeadAttention,), {"forward": mha_forward})
+    cell = GradedCell("check_multi_head_attention", 5.0, (CheckCall(
+        "check_multi_head_attention", ("MultiHeadAttention",), 0),), "")
+    result = judged({"MultiHeadAttention": student}, cell)
+    assert (result.passed, result.mistake) == (False, "shortcut"), result.message
+    assert "MultiheadAttention.forward" in result.message
+
+
 def test_a_missing_name_is_reported_not_graded():
     result = judged({})
     assert not result.passed and "`softmax` is not defined" in result.message

@@ -111,7 +111,8 @@ def answer(request: bytes, namespace: dict) -> list[bytes]:
     ``grader/verdicts.py``); one reply per case, serialised before the next case runs."""
     asked = wire.loads(request)
     inputs, cases = tuple(asked["inputs"]), [Case(**case) for case in asked["cases"]]
-    forbidden = Forbidden(builtin_names=frozenset(asked["forbidden"]))
+    forbidden = Forbidden(builtin_names=frozenset(asked["forbidden"]["builtins"]),
+                          function_names=frozenset(asked["forbidden"]["functions"]))
     try:
         student = _student(asked["student"], namespace)
     except Exception as err:  # not defined, or it cannot be built

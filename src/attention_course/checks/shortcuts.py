@@ -12,11 +12,18 @@ import torch
 
 @dataclass(frozen=True)
 class Forbidden:
-    """What an exercise may not call: Python functions (by code object) and torch built-ins
-    (by name, e.g. ``softmax`` catches ``torch.softmax``, ``F.softmax`` and ``x.softmax``)."""
+    """What an exercise may not call: Python functions (by code object, or by qualified name
+    where only the name travels: the grader sends names), and torch built-ins (by name, e.g.
+    ``softmax`` catches ``torch.softmax``, ``F.softmax`` and ``x.softmax``)."""
 
     functions: tuple[Callable, ...] = ()
     builtin_names: frozenset[str] = frozenset()
+    function_names: frozenset[str] = frozenset()  # "module.Class.method"
+
+    @property
+    def qualified_names(self) -> list[str]:
+        """Every forbidden Python function by name: what the grader sends."""
+        return sorted(self.function_names | {_qualname(fn) for fn in self.functions})
 
 
 def _is_torch_builtin(fn) -> bool:
@@ -38,13 +45,15 @@ def _code_of(fn) -> types.CodeType | None:
 def watch_calls(forbidden: Forbidden, called: list[str]):
     """Record in ``called`` every forbidden function called inside the ``with`` block."""
     codes = {code: _qualname(fn) for fn in forbidden.functions if (code := _code_of(fn))}
-    if not codes and not forbidden.builtin_names:
+    if not codes and not forbidden.builtin_names and not forbidden.function_names:
         yield called
         return
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code in codes:
             called.append(codes[frame.f_code])
+        elif event == "call" and _frame_name(frame) in forbidden.function_names:
+            called.append(_frame_name(frame))
         elif (event == "c_call" and getattr(arg, "__name__", None) in forbidden.builtin_names
               and _is_torch_builtin(arg)):
             called.append(f"torch's built-in {arg.__name__}")
@@ -64,6 +73,10 @@ def _restore_profiler(previous) -> None:
         previous.enable()
     else:
         sys.setprofile(previous)
+
+
+def _frame_name(frame) -> str:
+    return f"{frame.f_globals.get('__name__')}.{frame.f_code.co_qualname}"
 
 
 def _qualname(fn) -> str:
