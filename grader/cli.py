@@ -4,8 +4,11 @@
     python -m grader --help             # all commands;  python -m grader grade --help, ...
 
 The Makefile wraps each one (`make grade`, `make report`, ...). The workspace (submissions,
-results, feedback, report, gradebook) is course/ unless --workspace or
-ATTENTION_COURSE_WORKSPACE says otherwise.
+results, feedback, report, gradebook, course.toml) is course/ unless --workspace or
+ATTENTION_COURSE_WORKSPACE says otherwise. nbgrader's gradebook is the one source of truth:
+`grade` writes each submission to it as soon as it is graded (an interrupted batch loses nothing,
+and `grade` again goes on where it stopped), and `feedback` and `report` read it, so a score a
+human set in the formgrader is what counts.
 """
 
 import argparse
@@ -18,11 +21,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import collect, gradebook, release
+from . import collect, gradebook, lateness, release
 from .batch import Limits, grade_batch
-from .course import ROOT, Workspace, lesson_names, read_course
+from .course import ROOT, GradedCellError, Workspace, lesson_names, read_lesson
 from .feedback import write_feedback
-from .report import write_report
+from .report import write_canvas_csv, write_report
 from .results import Outcome, Result
 from .sandbox import SandboxUnavailable
 from .submissions import find_submissions
@@ -65,12 +68,18 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--dry-run", action="store_true", help="print the table, write nothing")
     sub.add_argument("--again", action="store_true", help="read a download collected before "
                      "once more (notebooks already in the workspace stay as they are)")
-    sub = command("grade", run_grade, "grade every submission, in parallel")
+    sub = command("grade", run_grade, "grade every submission, in parallel, each written to "
+                  "the gradebook as soon as it is graded; a submission the gradebook already "
+                  "holds, graded from the same files, is skipped")
     sub.add_argument("--lesson", action="append", help="only this lesson (repeatable)")
     sub.add_argument("--student", action="append", help="only this student (repeatable)")
+    sub.add_argument("--again", action="store_true", help="grade submissions already graded "
+                     "from the same files too (the earlier results stay in the history)")
     add_grading_options(sub)
-    command("feedback", run_feedback, "write each student's HTML feedback")
-    command("report", run_report, "write the class report (CSV for the LMS, HTML with plots)")
+    command("feedback", run_feedback, "write each student's HTML feedback, from the gradebook "
+            "(with the files nbgrader release_feedback needs)")
+    command("report", run_report, "write the class report from the gradebook: grades.csv, "
+            "canvas.csv (Canvas's gradebook import) and report.html with plots")
     sub = command("demo", run_demo, "build a demo class of synthetic students, grade it, "
                   "write feedback and the report")
     sub.add_argument("--students", type=int, default=30, help="class size (default: 30)")
@@ -124,33 +133,50 @@ def nbgrader(arguments: list[str], workspace: Workspace) -> None:
 
 
 def run_grade(args, workspace: Workspace) -> None:
-    lessons = read_course()
-    unknown = set(args.lesson or ()) - set(lessons)
+    names = lesson_names()
+    unknown = set(args.lesson or ()) - set(names)
     if unknown:
-        raise SystemExit(f"unknown lesson(s) {sorted(unknown)}; known: {', '.join(lessons)}")
-    submissions = find_submissions(workspace.submitted, args.lesson or list(lessons),
-                                   args.student)
+        raise SystemExit(f"unknown lesson(s) {sorted(unknown)}; known: {', '.join(names)}")
+    submissions = find_submissions(workspace.submitted, args.lesson or names, args.student)
     if not submissions:
         print(f"nothing to grade in {workspace.submitted}")
         return
+    lessons = {name: read_lesson(name) for name in sorted({s.lesson for s in submissions})}
+    course = lateness.course_policy(workspace)
     gradebook.ensure_lessons(workspace.db_url, sorted({s.lesson for s in submissions}))
+    gradebook.apply_course(workspace.db_url, course)
+    pending, done = gradebook.to_grade(workspace, submissions, getattr(args, "again", False))
+    if done:
+        print(f"{len(done)} submission(s) already in the gradebook, graded from the same files: "
+              f"skipped (--again grades them again)")
+    if not pending:
+        return
     limits = Limits(cell_timeout=args.cell_timeout, budget=args.budget)
     if not args.sandboxed:
         print("WARNING: --no-sandbox: student code runs with your rights; it can read and "
               "change your files, the gradebook included", file=sys.stderr)
+    gradebook.keep_earlier_results(workspace, pending)
+    recorder = gradebook.Recorder(workspace, lessons, course)
     started = time.monotonic()
     try:
-        with tqdm(total=len(submissions), unit="submission", desc="grading",
+        with tqdm(total=len(pending), unit="submission", desc="grading",
                   disable=None) as bar:
-            results = grade_batch(submissions, lessons, workspace, args.workers, limits,
-                                  args.sandboxed, on_result=lambda result: bar.update())
+            def on_result(result: Result) -> None:
+                recorder(result)  # in the gradebook before the next one is graded
+                bar.update()
+
+            results = grade_batch(pending, lessons, workspace, args.workers, limits,
+                                  args.sandboxed, on_result=on_result)
     except SandboxUnavailable as err:
         raise SystemExit(f"Not grading: student code runs only in a sandbox, and {err}.\n"
                          f"Nothing was run. To grade without a sandbox anyway, with your rights "
                          f"(only for code you trust), pass --no-sandbox.") from None
-    seconds = time.monotonic() - started
-    gradebook.record(workspace.db_url, results)
-    print(summary(results, seconds))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {len(recorder.recorded)} of {len(pending)} submission(s) graded "
+              f"and written to the gradebook; run grade again to go on where it stopped",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+    print(summary(results, time.monotonic() - started))
 
 
 def summary(results: list[Result], seconds: float) -> str:
@@ -174,15 +200,45 @@ def load_results(workspace: Workspace) -> list[Result]:
     return [Result.from_json(p.read_text()) for p in sorted(workspace.results.glob("*/*.json"))]
 
 
+def course_points() -> dict[str, list[tuple[str, float]]]:
+    """Every lesson's graded cells and points; a lesson that cannot be read is left out, and
+    said so."""
+    points = {}
+    for name in lesson_names():
+        try:
+            points[name] = read_lesson(name).points
+        except GradedCellError as err:
+            print(f"left out of the report: {err}", file=sys.stderr)
+    return points
+
+
+def graded(workspace: Workspace) -> tuple[list[Result], dict]:
+    """The results the gradebook holds and the gradebook's standings, brought up to date with
+    the course file (due dates, extensions, late penalties on the scores as they stand)."""
+    course = lateness.course_policy(workspace)
+    if not workspace.root.is_dir():
+        return [], {}
+    gradebook.refresh(workspace, course)
+    standings = gradebook.standings(workspace, course)
+    results = [r for r in load_results(workspace) if (r.student, r.lesson) in standings]
+    return results, standings
+
+
 def run_feedback(args, workspace: Workspace) -> None:
-    written = write_feedback(load_results(workspace), workspace.feedback)
+    results, standings = graded(workspace)
+    written = write_feedback(results, workspace.feedback, standings, workspace.submitted)
     print(f"wrote {len(written)} feedback pages in {workspace.feedback}")
 
 
 def run_report(args, workspace: Workspace) -> None:
-    lessons = {name: lesson.points for name, lesson in read_course().items()}
-    grades, page = write_report(load_results(workspace), lessons, workspace.report)
-    print(f"class report: {page}\ngrades for the LMS: {grades}")
+    lessons = course_points()
+    results, standings = graded(workspace)
+    grades, page = write_report(results, lessons, workspace.report, standings)
+    course = lateness.course_policy(workspace)
+    canvas = write_canvas_csv(workspace.report / "canvas.csv", standings, lessons,
+                              lateness.Collected.read(workspace), course.canvas)
+    print(f"class report: {page}\ngrades for the LMS: {grades}\nfor Canvas's gradebook "
+          f"import: {canvas}")
 
 
 def run_demo(args, workspace: Workspace) -> None:
@@ -193,7 +249,7 @@ def run_demo(args, workspace: Workspace) -> None:
         run_collect(argparse.Namespace(zip=archive, lesson=None), workspace)
     run_grade(argparse.Namespace(lesson=None, student=None, workers=args.workers,
                                  cell_timeout=args.cell_timeout, budget=args.budget,
-                                 sandboxed=args.sandboxed), workspace)
+                                 sandboxed=args.sandboxed, again=False), workspace)
     run_feedback(args, workspace)
     run_report(args, workspace)
 

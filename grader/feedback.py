@@ -1,14 +1,25 @@
 """Per-student feedback: one small self-contained HTML page per graded submission.
 
-Pages go to feedback/<student>/<lesson>/<lesson>.html, nbgrader's feedback layout, so that
-`nbgrader release_feedback` can hand them out. A page, laid out by templates/feedback.html.j2,
-shows the score, the outcome and, for each exercise, its points and the checker's diagnosis; it
-holds nothing but what the result says.
+Pages go to feedback/<student>/<lesson>/<lesson>.html, nbgrader's feedback layout, with the
+``timestamp.txt`` and ``submission_secret.txt`` that `nbgrader release_feedback` reads beside
+each page, so that it hands them out through the exchange and the student's
+`nbgrader fetch_feedback` finds them: both are the submission's own (from the exchange, as
+collect kept them) where known; otherwise the time is the submission's time in the gradebook
+(else the time the page was written) and the secret a new random one, kept from then on.
+
+A page, laid out by templates/feedback.html.j2, shows the score, the outcome and, for each
+exercise, its points and the checker's diagnosis; it holds nothing but what the result and the
+gradebook say. With the gradebook's standing of the submission, the points are the gradebook's
+(a score the instructor set wins), a held submission says its grade is set by the instructor,
+and a late one shows its penalty.
 """
 
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
-from .report import render
+from .lateness import nbgrader_time
+from .report import format_points, render
 from .results import ExerciseResult, Outcome, Result
 
 OUTCOME_EXPLANATIONS = {
@@ -26,12 +37,37 @@ def diagnosis(exercise: ExerciseResult, result: Result) -> str:
     return exercise.message
 
 
-def feedback_html(result: Result) -> str:
-    """The feedback page for one student's submission of one lesson."""
+def grade_notes(result: Result, standing) -> list[str]:
+    """What the gradebook adds to the automatic result, as sentences for the student."""
+    if standing is None:
+        return []
+    notes = []
+    if standing.overridden:
+        notes.append("Your instructor set the score of this lesson.")
+    elif standing.needs_manual_grade:
+        notes.append("Your instructor will set the grade of this lesson; it counts 0 until then.")
+    if standing.lateness.late:
+        penalty = (f": {format_points(standing.penalty)} point(s) taken off"
+                   if standing.penalty else "")
+        notes.append(f"Submitted {standing.lateness.text()}{penalty}.")
+    return notes
+
+
+def feedback_html(result: Result, standing=None) -> str:
+    """The feedback page for one student's submission of one lesson (``standing``: the
+    gradebook's, grader.gradebook.Standing, or None for the result alone)."""
+    if standing is None:
+        score, points = result.score, {e.grade_id: e.points for e in result.exercises}
+    else:
+        score = standing.final
+        points = {e.grade_id: (standing.cells[e.grade_id].score if e.grade_id in standing.cells
+                               else e.points) for e in result.exercises}
     return render(
         "feedback.html.j2", result=result, graded=result.outcome is Outcome.GRADED,
-        explanation=OUTCOME_EXPLANATIONS.get(result.outcome, ""),
-        exercises=[(exercise, diagnosis(exercise, result)) for exercise in result.exercises])
+        explanation=OUTCOME_EXPLANATIONS.get(result.outcome, ""), score=score,
+        notes=grade_notes(result, standing),
+        exercises=[(exercise, diagnosis(exercise, result), points[exercise.grade_id])
+                   for exercise in result.exercises])
 
 
 def path_part(name: str) -> str:
@@ -41,13 +77,32 @@ def path_part(name: str) -> str:
     return name
 
 
-def write_feedback(results: list[Result], feedback_dir: Path) -> list[Path]:
-    """Write feedback_dir/<student>/<lesson>/<lesson>.html for every result; return the paths."""
+def write_feedback(results: list[Result], feedback_dir: Path, standings=None,
+                   submitted: Path | None = None) -> list[Path]:
+    """Write feedback_dir/<student>/<lesson>/<lesson>.html for every result, with the files
+    `nbgrader release_feedback` needs (from ``submitted``/<student>/<lesson>/ when there);
+    ``standings``: the gradebook's, {(student, lesson): Standing}. Return the pages' paths."""
     paths = []
     for result in results:
         student, lesson = path_part(result.student), path_part(result.lesson)
+        standing = standings.get((result.student, result.lesson)) if standings else None
         path = Path(feedback_dir) / student / lesson / f"{lesson}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(feedback_html(result).encode("utf-8"))
+        path.write_bytes(feedback_html(result, standing).encode("utf-8"))
+        source = Path(submitted) / student / lesson if submitted is not None else None
+        _exchange_files(path.parent, source, standing)
         paths.append(path)
     return paths
+
+
+def _exchange_files(folder: Path, source: Path | None, standing) -> None:
+    """timestamp.txt and submission_secret.txt beside a page (nbgrader's feedback layout)."""
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        if source is not None and (source / name).is_file():
+            (folder / name).write_bytes((source / name).read_bytes())
+    if not (folder / "timestamp.txt").is_file():
+        when = standing.timestamp if standing is not None and standing.timestamp else \
+            datetime.now(timezone.utc)
+        (folder / "timestamp.txt").write_text(nbgrader_time(when))
+    if not (folder / "submission_secret.txt").is_file():
+        (folder / "submission_secret.txt").write_text(uuid.uuid4().hex)

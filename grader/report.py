@@ -3,6 +3,12 @@
 Both are built from the graded results (one per student and lesson) and the course's lessons,
 {lesson: [(grade_id, max_points), ...]} in notebook order. A lesson counts with its score only
 when its submission was graded; a student scores 0 on a lesson that is missing or was not graded.
+
+Given the gradebook's standings (``grader.gradebook.standings``: the gradebook is the one source
+of truth), a lesson counts with what the gradebook holds instead: a score a human set in the
+formgrader wins (it also releases a held submission), and the late penalty is taken off; the CSV
+then also says how late each lesson was, and the page lists lateness and the grades set by hand.
+``write_canvas_csv`` writes the same grades in Canvas's gradebook import format.
 The page is laid out by templates/report.html.j2; it embeds its plots as PNG data URIs and loads
 nothing from anywhere.
 """
@@ -26,6 +32,9 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 from .results import Outcome, Result
 
 Lessons = Mapping[str, Sequence[tuple[str, float]]]
+# (student, lesson) -> the gradebook's view of it (grader.gradebook.Standing: score, final,
+# overridden, needs_manual_grade, lateness, penalty)
+Grades = Mapping[tuple[str, str], "Standing"]  # noqa: F821
 
 TOP_MISTAKES = 15
 MAX_TEXT_CHARS = 2000
@@ -61,18 +70,42 @@ def exercise_name(grade_id: str) -> str:
     return grade_id.removeprefix("check_")
 
 
-def lesson_score(result: Result | None) -> float:
-    """The score a lesson counts with: 0 when missing or not graded."""
-    return result.counted_score if result is not None else 0.0
+def lesson_score(result: Result | None, grades: Grades | None = None) -> float:
+    """The score a lesson counts with: 0 when missing or not graded; with the gradebook's
+    grades, what the gradebook holds less the late penalty."""
+    if result is None:
+        return 0.0
+    if grades is not None:
+        standing = grades.get((result.student, result.lesson))
+        return standing.final if standing is not None else 0.0
+    return result.counted_score
 
 
-def grade_rows(results: list[Result], lessons: Lessons) -> list[list[str]]:
-    """The grade table as text: a header, then student, one score per lesson, total."""
-    names = lesson_names(results, lessons)
-    rows = [["student", *names, "total"]]
-    for student, submitted in results_by_student(results).items():
-        scores = [lesson_score(submitted.get(lesson)) for lesson in names]
-        rows.append([student, *map(format_points, scores), format_points(sum(scores))])
+def grade_rows(results: list[Result], lessons: Lessons,
+               grades: Grades | None = None) -> list[list[str]]:
+    """The grade table as text: a header, then student, one score per lesson, total; with the
+    gradebook's grades, every student it holds, and then, for each lesson with a due date or a
+    late submission, how late each student was and the penalty."""
+    if grades is None:
+        names = lesson_names(results, lessons)
+        rows = [["student", *names, "total"]]
+        for student, submitted in results_by_student(results).items():
+            scores = [lesson_score(submitted.get(lesson)) for lesson in names]
+            rows.append([student, *map(format_points, scores), format_points(sum(scores))])
+        return rows
+    names = [*lessons, *sorted({lesson for _, lesson in grades} - set(lessons))]
+    timed = [n for n in names if any(lesson == n and (g.lateness.due or g.lateness.late)
+                                     for (_, lesson), g in grades.items())]
+    rows = [["student", *names, "total",
+             *(f"{n} {what}" for n in timed for what in ("late", "penalty"))]]
+    for student in sorted({student for student, _ in grades}):
+        mine = [grades.get((student, lesson)) for lesson in names]
+        scores = [g.final if g is not None else 0.0 for g in mine]
+        late = []
+        for lesson in timed:
+            g = grades.get((student, lesson))
+            late += [g.lateness.text(), format_points(g.penalty)] if g else ["", ""]
+        rows.append([student, *map(format_points, scores), format_points(sum(scores)), *late])
     return rows
 
 
@@ -143,7 +176,8 @@ def png_data_uri(figure: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def score_distribution_figure(results: list[Result], lessons: Lessons) -> Figure:
+def score_distribution_figure(results: list[Result], lessons: Lessons,
+                              grades: Grades | None = None) -> Figure:
     """One histogram per lesson of its submissions' scores, as a percentage of the maximum."""
     names = lesson_names(results, lessons)
     columns = min(3, len(names))
@@ -153,7 +187,7 @@ def score_distribution_figure(results: list[Result], lessons: Lessons) -> Figure
     for ax, lesson in zip(axes, names, strict=False):
         submitted = [r for r in results if r.lesson == lesson]
         most = lesson_max(lesson, lessons, results)
-        percents = [100 * lesson_score(r) / most if most else 0.0 for r in submitted]
+        percents = [100 * lesson_score(r, grades) / most if most else 0.0 for r in submitted]
         ax.set_title(f"{plot_label(lesson)} ({len(submitted)} submitted)", fontsize=10)
         if percents:
             ax.hist(percents, bins=np.linspace(0, 100, 11), color="#4878a8", edgecolor="white")
@@ -261,7 +295,9 @@ def flagged(results: list[Result]) -> list[tuple[Result, str]]:
     return [(result, needs_a_human_details(result)) for result in chosen]
 
 
-def lesson_cell(result: Result | None) -> LessonCell:
+def lesson_cell(result: Result | None, standing=None) -> LessonCell:
+    if standing is not None:
+        return gradebook_cell(result, standing)
     if result is None:
         return LessonCell("missing", missing=True)
     if result.outcome is not Outcome.GRADED:
@@ -269,6 +305,53 @@ def lesson_cell(result: Result | None) -> LessonCell:
     if result.held:
         return LessonCell(f"0 (held: {format_points(result.score)})")
     return LessonCell(format_points(result.score))
+
+
+def gradebook_cell(result: Result | None, standing) -> LessonCell:
+    """A lesson as the gradebook holds it: what counts, and why it is not the automatic score
+    (set by hand, not graded, held, late)."""
+    why = []
+    if standing.overridden:
+        why.append("set by hand")
+    elif result is not None and result.outcome is not Outcome.GRADED:
+        why.append(result.outcome.value)
+    elif result is not None and result.held:
+        why.append(f"held: {format_points(result.score)}")
+    if standing.lateness.late:
+        why.append(standing.lateness.text() + (f": -{format_points(standing.penalty)}"
+                                               if standing.penalty else ""))
+    return LessonCell(format_points(standing.final) + (f" ({'; '.join(why)})" if why else ""))
+
+
+def lateness_rows(grades: Grades) -> list[tuple[str, str, str, str, str, str]]:
+    """(student, lesson, due, submitted, how late, penalty) of every submission with a due date
+    or that was late, by student and lesson."""
+    rows = []
+    for (student, lesson), g in sorted(grades.items()):
+        late = g.lateness
+        if late.due is None and not late.late:
+            continue
+        rows.append((student, lesson, _when(late.due), _when(late.submitted),
+                     late.text() or "time unknown", format_points(g.penalty)))
+    return rows
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if value is not None else ""
+
+
+def override_rows(results: list[Result], grades: Grades) -> list[tuple[str, str, str, str]]:
+    """(student, lesson, automatic score, score set by hand) where a human set a score."""
+    automatic = {(r.student, r.lesson): r for r in results}
+    rows = []
+    for (student, lesson), g in sorted(grades.items()):
+        if g.overridden:
+            result = automatic.get((student, lesson))
+            auto = format_points(result.counted_score) if result is not None else ""
+            if result is not None and result.held:
+                auto += f" (held: {format_points(result.score)})"
+            rows.append((student, lesson, auto, format_points(g.score)))
+    return rows
 
 
 # -- answers that look alike -----------------------------------------------------------------------
@@ -322,18 +405,30 @@ def _similarity(a: str, b: str, fuzzy: bool) -> float:
     return difflib.SequenceMatcher(None, a.split(), b.split(), autojunk=False).ratio()
 
 
-def student_rows(results: list[Result],
-                 names: list[str]) -> list[tuple[str, list[LessonCell], str]]:
-    """(student, a LessonCell per lesson, total) for every student, sorted."""
+def student_rows(results: list[Result], names: list[str],
+                 grades: Grades | None = None) -> list[tuple[str, list[LessonCell], str]]:
+    """(student, a LessonCell per lesson, total) for every student, sorted (with the
+    gradebook's grades: every student it holds)."""
     rows = []
-    for student, submitted in results_by_student(results).items():
-        total = sum(lesson_score(submitted.get(lesson)) for lesson in names)
-        rows.append((student, [lesson_cell(submitted.get(lesson)) for lesson in names],
-                     format_points(total)))
+    by_student = results_by_student(results)
+    if grades is None:
+        for student, submitted in by_student.items():
+            total = sum(lesson_score(submitted.get(lesson)) for lesson in names)
+            rows.append((student, [lesson_cell(submitted.get(lesson)) for lesson in names],
+                         format_points(total)))
+        return rows
+    for student in sorted(set(by_student) | {student for student, _ in grades}):
+        submitted = by_student.get(student, {})
+        standing = [grades.get((student, lesson)) for lesson in names]
+        cells = [lesson_cell(submitted.get(lesson), g) if g is not None
+                 else LessonCell("missing", missing=True) for lesson, g in zip(names, standing,
+                                                                               strict=True)]
+        total = sum(g.final for g in standing if g is not None)
+        rows.append((student, cells, format_points(total)))
     return rows
 
 
-def sections(results: list[Result], lessons: Lessons) -> dict:
+def sections(results: list[Result], lessons: Lessons, grades: Grades | None = None) -> dict:
     """What the report's sections show, plots as PNG data URIs; none when nothing was graded."""
     if not results:
         return {}
@@ -341,28 +436,70 @@ def sections(results: list[Result], lessons: Lessons) -> dict:
     mistakes = mistake_counts(results)[:TOP_MISTAKES]
     names = lesson_names(results, lessons)
     return {
-        "distribution_plot": png_data_uri(score_distribution_figure(results, lessons)),
+        "gradebook": grades is not None,
+        "lateness": lateness_rows(grades) if grades is not None else [],
+        "overrides": override_rows(results, grades) if grades is not None else [],
+        "distribution_plot": png_data_uri(score_distribution_figure(results, lessons, grades)),
         "pass_rate_plot": png_data_uri(pass_rate_figure(rates)) if rates else None,
         "mistakes_plot": png_data_uri(mistakes_figure(mistakes)) if mistakes else None,
         "mistakes": [(mistake, times, places_text(places)) for mistake, times, places in mistakes],
         "flagged": flagged(results),
         "alike": alike_pairs(results),
         "lessons": names,
-        "students": student_rows(results, names),
+        "students": student_rows(results, names, grades),
     }
 
 
-def report_html(results: list[Result], lessons: Lessons) -> str:
+def report_html(results: list[Result], lessons: Lessons, grades: Grades | None = None) -> str:
     """The whole report page."""
     return render("report.html.j2", summary=summary_counts(results),
-                  sections=sections(results, lessons))
+                  sections=sections(results, lessons, grades))
 
 
-def write_report(results: list[Result], lessons: Lessons, out_dir: Path) -> tuple[Path, Path]:
-    """Write out_dir/grades.csv and out_dir/report.html; return both paths."""
+def write_report(results: list[Result], lessons: Lessons, out_dir: Path,
+                 grades: Grades | None = None) -> tuple[Path, Path]:
+    """Write out_dir/grades.csv and out_dir/report.html; return both paths. With the
+    gradebook's ``grades``, only the results it holds count, with the scores it holds."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = write_csv(out_dir / "grades.csv", grade_rows(results, lessons))
+    if grades is not None:
+        results = [r for r in results if (r.student, r.lesson) in grades]
+    csv_path = write_csv(out_dir / "grades.csv", grade_rows(results, lessons, grades))
     html_path = out_dir / "report.html"
-    html_path.write_bytes(report_html(results, lessons).encode("utf-8"))
+    html_path.write_bytes(report_html(results, lessons, grades).encode("utf-8"))
     return csv_path, html_path
+
+
+# -- Canvas ----------------------------------------------------------------------------------------
+
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def canvas_rows(grades: Grades, lessons: Lessons, collected,
+                titles: Mapping[str, str] | None = None) -> list[list[str]]:
+    """Canvas's gradebook import: Student, ID (the Canvas user id collect recorded), SIS User ID
+    (the course's student id, where it is not the Canvas id), SIS Login ID, Section, then one
+    column per lesson (titled as ``titles`` says, else by its name), a "Points Possible" row,
+    and a row per student. A lesson not submitted, or held for a human who has not set its
+    grade yet, is left blank: Canvas then keeps what it has."""
+    titles = titles or {}
+    names = [*lessons, *sorted({lesson for _, lesson in grades} - set(lessons))]
+    rows = [[*CANVAS_COLUMNS, *(titles.get(n, n) for n in names)],
+            ["Points Possible", "", "", "", "",
+             *(format_points(sum(p for _, p in lessons.get(n, ()))) for n in names)]]
+    for student in sorted({student for student, _ in grades}):
+        canvas_id = collected.canvas_ids.get(student, "")
+        cells = []
+        for lesson in names:
+            g = grades.get((student, lesson))
+            pending = g is not None and g.needs_manual_grade and not g.overridden
+            cells.append("" if g is None or pending else format_points(g.final))
+        rows.append([collected.names.get(student, student), canvas_id,
+                     student if student != canvas_id else "", "", "", *cells])
+    return rows
+
+
+def write_canvas_csv(path: Path, grades: Grades, lessons: Lessons, collected,
+                     titles: Mapping[str, str] | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_csv(path, canvas_rows(grades, lessons, collected, titles))

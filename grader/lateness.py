@@ -1,0 +1,262 @@
+"""Due dates, extensions and the late policy of one run of the course, and how late a submission is.
+
+They live in the workspace's course file, ``course.toml`` (absent: no due dates, no penalty)::
+
+    [due]                               # per lesson; a time without a zone is UTC
+    "01_embeddings" = 2025-03-07T23:59:00+01:00
+    "02_scaled_dot_product" = "2025-03-14 23:59 Europe/Berlin"
+
+    [extensions]                        # per student and lesson: days added to the due date
+    s07 = { "02_scaled_dot_product" = 3 }
+
+    [late]
+    penalty_per_day = 0.1               # share of the lesson's points lost per day late; every
+                                        # started day counts (default 0: late is shown, not taken)
+    max_penalty = 0.5                   # at most this share of the lesson's points
+    grace_minutes = 15                  # late by less than this is on time
+    days_when_time_unknown = 1          # the LMS said late (Canvas's LATE_) but gave no time
+
+    [canvas]                            # the Canvas gradebook column of a lesson (default: its
+    "01_embeddings" = "Embeddings (4021)"   # name); Canvas matches "Title (assignment id)"
+
+The due dates and extensions are written into nbgrader's gradebook (the assignment's
+``duedate``, the submission's ``extension``), where the formgrader shows them; a lesson or a
+student the file does not name keeps what the gradebook has (a due date set in the formgrader).
+How late a submission is comes from the gradebook too: its time is the ``timestamp.txt`` that
+collect wrote (nbgrader's submission timestamp), and where no time is known, the LMS's own
+verdict, the LATE marker collect kept in ``collected.json``. A penalty never takes more than
+the points a submission has.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+from pathlib import Path
+
+import tomllib
+
+from .course import Workspace
+
+COURSE_FILE = "course.toml"
+DAY = timedelta(days=1)
+
+
+class CourseFileError(ValueError):
+    """course.toml cannot be read; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    penalty_per_day: float = 0.0
+    max_penalty: float = 1.0
+    grace: timedelta = timedelta(0)
+    days_when_time_unknown: int = 1
+
+
+@dataclass(frozen=True)
+class CourseFile:
+    """What course.toml says (everything optional)."""
+
+    due: dict[str, datetime] = field(default_factory=dict)  # lesson -> due date, UTC
+    extensions: dict[tuple[str, str], timedelta] = field(default_factory=dict)  # (student, lesson)
+    late: LatePolicy = LatePolicy()
+    canvas: dict[str, str] = field(default_factory=dict)  # lesson -> Canvas column title
+
+    @classmethod
+    def read(cls, workspace: Workspace) -> "CourseFile":
+        path = workspace.root / COURSE_FILE
+        if not path.is_file():
+            return cls()
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise CourseFileError(f"{path}: {err}") from None
+        return cls.parse(data, str(path))
+
+    @classmethod
+    def parse(cls, data: dict, where: str = COURSE_FILE) -> "CourseFile":
+        unknown = set(data) - {"due", "extensions", "late", "canvas"}
+        if unknown:
+            raise CourseFileError(f"{where}: unknown section(s) {sorted(unknown)}; known: due, "
+                                  f"extensions, late, canvas")
+        due = {str(lesson): _utc(value, f"{where} [due] {lesson}")
+               for lesson, value in _table(data, "due", where).items()}
+        extensions = {}
+        for student, lessons in _table(data, "extensions", where).items():
+            if not isinstance(lessons, dict):
+                raise CourseFileError(f"{where} [extensions] {student}: expected "
+                                      f"{{ lesson = days, ... }}")
+            for lesson, days in lessons.items():
+                extensions[str(student), str(lesson)] = timedelta(
+                    days=_number(days, f"{where} [extensions] {student}.{lesson}"))
+        late = _table(data, "late", where)
+        unknown = set(late) - {"penalty_per_day", "max_penalty", "grace_minutes",
+                               "days_when_time_unknown"}
+        if unknown:
+            raise CourseFileError(f"{where} [late]: unknown key(s) {sorted(unknown)}")
+        policy = LatePolicy(
+            penalty_per_day=_number(late.get("penalty_per_day", 0.0), f"{where} penalty_per_day"),
+            max_penalty=_number(late.get("max_penalty", 1.0), f"{where} max_penalty"),
+            grace=timedelta(minutes=_number(late.get("grace_minutes", 0), f"{where} grace")),
+            days_when_time_unknown=int(_number(late.get("days_when_time_unknown", 1),
+                                               f"{where} days_when_time_unknown")))
+        canvas = {str(k): str(v) for k, v in _table(data, "canvas", where).items()}
+        return cls(due, extensions, policy, canvas)
+
+
+def _table(data: dict, name: str, where: str) -> dict:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise CourseFileError(f"{where}: [{name}] must be a table")
+    return value
+
+
+def _number(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise CourseFileError(f"{where}: expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _utc(value, where: str) -> datetime:
+    """A TOML date-time, date or string as an aware UTC datetime (no zone: UTC; a bare date:
+    the end of that day)."""
+    if isinstance(value, str):
+        parsed = parse_time(value)
+        if parsed is None:
+            raise CourseFileError(f"{where}: not a date and time: {value!r}")
+        return parsed
+    if isinstance(value, datetime):
+        return as_utc(value)
+    if isinstance(value, date):
+        return datetime.combine(value, time(23, 59, 59), timezone.utc)
+    raise CourseFileError(f"{where}: not a date and time: {value!r}")
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """An aware UTC datetime; a naive one (as nbgrader's gradebook stores them) is UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def parse_time(text: str) -> datetime | None:
+    """A time as nbgrader reads it (``2025-03-07 12:00:00.000000 UTC``, ISO 8601, a trailing
+    zone name or offset), in UTC; None if it is not one."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        return as_utc(parse_utc(text.strip()))
+    except (ValueError, OverflowError, TypeError):
+        return None
+
+
+# -- how late ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lateness:
+    """How late one submission is, and what that costs under the course's policy."""
+
+    due: datetime | None  # the student's due date, extension included
+    submitted: datetime | None
+    marker: bool = False  # the LMS said late and gave no time
+    days: int = 0  # the days counted for the penalty (every started day)
+    share: float = 0.0  # of the lesson's points
+
+    @property
+    def late(self) -> bool:
+        return self.days > 0
+
+    def penalty(self, score: float, max_score: float) -> float:
+        """Points taken: the share of the lesson's points, never more than the score."""
+        return round(min(max(score, 0.0), self.share * max_score), 4)
+
+    def text(self) -> str:
+        """"on time", "2 days late", "late (time unknown)", or "" when nothing is known."""
+        if self.marker and self.late:
+            return "late (LMS; time unknown)"
+        if self.late:
+            return f"{self.days} day{'s' if self.days != 1 else ''} late"
+        if self.due is not None and self.submitted is not None:
+            return "on time"
+        return ""
+
+
+def lateness(due: datetime | None, extension: timedelta | None, submitted: datetime | None,
+             marker: bool, policy: LatePolicy) -> Lateness:
+    """How late a submission made at ``submitted`` is against ``due`` plus ``extension``; the
+    LMS's LATE marker counts only where the time or the due date is unknown."""
+    due = as_utc(due)
+    if due is not None and extension:
+        due = due + extension
+    submitted = as_utc(submitted)
+    if due is not None and submitted is not None:
+        over = submitted - due
+        days = math.ceil(over / DAY) if over > policy.grace else 0
+        return Lateness(due, submitted, False, days, _share(days, policy))
+    if marker:
+        days = max(1, policy.days_when_time_unknown)
+        return Lateness(due, submitted, True, days, _share(days, policy))
+    return Lateness(due, submitted)
+
+
+def _share(days: int, policy: LatePolicy) -> float:
+    return min(policy.max_penalty, days * policy.penalty_per_day) if days > 0 else 0.0
+
+
+# -- what collect recorded -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Collected:
+    """What collect's manifest (collected.json) says about the class."""
+
+    late: frozenset[tuple[str, str]] = frozenset()  # (student, lesson) the LMS marked late
+    canvas_ids: dict[str, str] = field(default_factory=dict)  # student -> Canvas user id
+    names: dict[str, str] = field(default_factory=dict)  # student -> the LMS's name, if any
+
+    @classmethod
+    def read(cls, workspace: Workspace) -> "Collected":
+        path = workspace.root / "collected.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError):
+            data = {}
+        late = set()
+        for key, record in dict(data.get("submissions") or {}).items():
+            student, _, lesson = str(key).rpartition("/")
+            if isinstance(record, dict) and record.get("late") and not record.get("time"):
+                late.add((student, lesson))
+        canvas, names = {}, {}
+        for student, identities in dict(data.get("students") or {}).items():
+            for key, value in dict(identities or {}).items():
+                kind, _, lms_id = str(key).partition(":")
+                if kind == "canvas" and lms_id.isdigit():  # not an anonymous id
+                    canvas.setdefault(student, lms_id)
+                who = str(dict(value or {}).get("who", ""))
+                if who.endswith(")") and " (" in who:
+                    names.setdefault(student, who[who.rindex(" (") + 2:-1])
+        return cls(frozenset(late), canvas, names)
+
+
+def course_policy(workspace: Workspace) -> CourseFile:
+    """The course file, or SystemExit saying what is wrong with it."""
+    try:
+        return CourseFile.read(workspace)
+    except CourseFileError as err:
+        raise SystemExit(f"course file: {err}") from None
+
+
+def nbgrader_time(value: datetime) -> str:
+    """A time as nbgrader's exchange writes timestamp.txt (UTC)."""
+    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def read_timestamp(folder: Path) -> datetime | None:
+    """The time in a submission folder's timestamp.txt (UTC), or None."""
+    path = Path(folder) / "timestamp.txt"
+    try:
+        return parse_time(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
