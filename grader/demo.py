@@ -114,6 +114,32 @@ MISTAKES = {
     "sequence_accuracy": ("""
         return (predicted == expected).float().mean().item()
         """, "token accuracy instead of sequence accuracy"),
+    "rotary_angles": ("""
+        position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]
+        i = torch.arange(d_head // 2, device=device, dtype=dtype)
+        return position / base ** (i / d_head)
+        """, "exponent uses i instead of 2i"),
+    "apply_rotary": ("""
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        cos, sin = torch.cos(angles), torch.sin(angles)
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+        """, "interleaved pairs (2i, 2i+1) instead of half-split pairs"),
+    "rotary_multi_head_attention": ("""
+        D = self.d_head
+        q, k, v = (split_heads(p(x), self.n_heads) for p, x in
+                   ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+
+        def turn(x):
+            two_i = torch.arange(0, D, 2, dtype=x.dtype)
+            angles = torch.arange(x.shape[-2], dtype=x.dtype)[:, None] / self.base ** (two_i / D)
+            x1, x2 = x[..., :D // 2], x[..., D // 2:]
+            return torch.cat([x1 * angles.cos() - x2 * angles.sin(),
+                              x1 * angles.sin() + x2 * angles.cos()], dim=-1)
+
+        out, weights = scaled_dot_product_attention(turn(q), turn(k), turn(v), attn_mask,
+                                                    is_causal=is_causal)
+        return self.out_proj(merge_heads(out)), weights
+        """, "rotation applied to the values too"),
 }
 
 # Code a student adds in a new cell right after the imports.

@@ -12,6 +12,8 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 import torch.nn.functional as F
+from test_lesson06_answers import CORRECT as LESSON06_CORRECT
+from test_lesson06_answers import REFERENCES as LESSON06_REFERENCES
 from torch import nn
 
 from attention_course import attention, checks, embeddings, masks, model, multihead, training
@@ -529,3 +531,8 @@ REFERENCES = {
     "decoder_block": model.DecoderBlock.forward,
     "copy_task_loss": training.copy_task_loss,
 }
+
+
+# lesson 06's answers and references are kept in test_lesson06_answers.py
+CORRECT.update(LESSON06_CORRECT)
+REFERENCES.update(LESSON06_REFERENCES)

@@ -28,11 +28,13 @@ from check_solutions import (
     named_mistakes,
     split_by_view,
 )
+from test_lesson06_answers import SIGN_EXAMPLES as LESSON06_SIGN_EXAMPLES
+from test_lesson06_answers import rotary_mha_with
 
 from torch import nn
 
 from attention_course import attention
-from attention_course.checks import MODULES, lesson03, lesson04, lesson05
+from attention_course.checks import MODULES, lesson03, lesson04, lesson05, lesson06
 from attention_course.checks.framework import Exercise
 
 # exercises judged against a reference (not by a rule such as lesson 05's held-out accuracy)
@@ -47,6 +49,7 @@ CATALOGUE["mlp"] = lesson05.MLP_MISTAKES
 CATALOGUE["decoder_block"] = lesson05.BLOCK_MISTAKES
 CATALOGUE["copy_task_loss"] = lesson05.LOSS_MISTAKES
 STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant}
+CATALOGUE["rotary_multi_head_attention"] = lesson06.ROTARY_MHA_MISTAKES
 
 
 def test_every_check_has_its_catalogue_here():
@@ -68,6 +71,8 @@ def from_variant(name: str, knobs: dict):
         return functools.partial(STUDENT_VARIANTS[name], **knobs)
     if name in LESSON05_CLASSES:
         return LESSON05_CLASSES[name](knobs)
+    if name == "rotary_multi_head_attention":
+        return rotary_mha_with(knobs)
     if name != "multi_head_attention":
         return functools.partial(EXERCISES[name].variant, **knobs)
 
@@ -210,6 +215,7 @@ SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their functio
         "F.dropout(out, p)": AttentionLayerDroppingOutInEvalMode},
     ("mlp", "dropout applied in eval mode"): {"F.dropout(out, p)": MLPDroppingOutInEvalMode},
 }
+SIGN_EXAMPLES.update(LESSON06_SIGN_EXAMPLES)  # lesson 06's, kept with its answers
 SIGN_MISTAKES = [
     pytest.param(name, mistake.name, student, id=f"{name}-{mistake.name}-{label}")
     for name, mistakes in CATALOGUE.items() for mistake in mistakes if not mistake.knobs

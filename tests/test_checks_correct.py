@@ -20,6 +20,8 @@ from check_solutions import (
     softmax_by_max,
     split_by_view,
 )
+from test_lesson06_answers import PRINTED_NAME as LESSON06_PRINTED_NAME
+from test_lesson06_answers import STUBS as LESSON06_STUBS
 
 from attention_course import multihead
 from attention_course.checks import check_apply_mask, check_merge_heads, check_softmax
@@ -30,6 +32,8 @@ PRINTED_NAME = {"multi_head_attention": "MultiHeadAttention.forward",
 # the stub a student starts from, where it is a class with a given constructor
 STUBS = {"multi_head_attention": StudentMHA, "causal_self_attention": StudentCausalSelfAttention,
          "decoder_block": StudentBlock}
+PRINTED_NAME.update(LESSON06_PRINTED_NAME)  # lesson 06's, kept with its answers
+STUBS.update(LESSON06_STUBS)
 
 
 def test_every_check_has_three_correct_styles():

@@ -18,6 +18,7 @@ from check_solutions import (
     failure,
     masked_attention_additive,
 )
+from test_lesson06_answers import CALLING_THE_REFERENCE as LESSON06_CALLING_THE_REFERENCE
 from torch import nn
 
 from attention_course import attention, model, multihead
@@ -54,6 +55,7 @@ class BlockCallingReference(StudentBlock):
 CALLING_THE_REFERENCE = {"multi_head_attention": MHACallingReference,
                          "causal_self_attention": AttentionLayerCallingReference,
                          "mlp": MLPCallingReference, "decoder_block": BlockCallingReference}
+CALLING_THE_REFERENCE.update(LESSON06_CALLING_THE_REFERENCE)  # lesson 06's, kept with its answers
 
 
 @pytest.mark.parametrize("name", CHECK_NAMES)

@@ -28,7 +28,7 @@ from grader.results import Outcome, Result
 
 pytestmark = pytest.mark.slow
 COURSE = read_course()
-L01, L02, L03, L04, L05 = COURSE
+L01, L02, L03, L04, L05 = list(COURSE)[:5]  # the lessons the broken files use
 EVERY_MISTAKE = {lesson: {name: MISTAKES[name][0] for name in practice_names(lesson)
                           if name in MISTAKES} for lesson in COURSE}
 CELL_TIMEOUT = 10

@@ -121,6 +121,16 @@ LESSONS = (
         may_import=("embeddings", "attention", "masks", "multihead", "data",
                     "model.DecoderOnlyTransformer", "training.train", "training.TrainConfig",
                     "training.History", "training.greedy_decode", "training.sequence_accuracy")),
+    Lesson(
+        "06_rotary_positions", "rotary position embeddings", teaches=("rope", "lengths"),
+        builds="rotary angles, rotating half-split pairs of queries and keys, rotary multi-head "
+               "attention; models with no, sinusoidal, learned and rotary positions tested on "
+               "sequences twice as long as in training",
+        practice=(Practice("rotary_angles", "rope.rotary_angles", difficulty=1, minutes=10),
+                  Practice("apply_rotary", "rope.apply_rotary", difficulty=2, minutes=15),
+                  Practice("rotary_multi_head_attention", "rope.RotaryMultiHeadAttention",
+                           difficulty=2, minutes=15)),
+        may_import=("attention", "masks", "embeddings", "multihead", "lengths")),
 )
 
 

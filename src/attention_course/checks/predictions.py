@@ -99,6 +99,17 @@ QUESTIONS = {
         why="Without the factor the token rows start much shorter than the position rows, so "
             "the digits to copy are a whisper under the positions until training has grown "
             "them: more steps to the target."),
+    "06-shift": Question(
+        "no", options=("yes", "no"),
+        why="Rotating the query by t and the key by s changes their angle by t - s only, and "
+            "shifting both positions by 100 leaves t - s as it was: the scores stay the same, "
+            "up to rounding."),
+    "06-longer": Question(
+        "rotary", options=("none", "sinusoidal", "learned", "rotary"),
+        aliases={"rope": "rotary", "no positions": "none"},
+        why="Rotary scores depend on offsets only, and the offset of the echo was seen at "
+            "every position in training; the learned rows past 16 were never trained, and the "
+            "sinusoidal rows past 16 are patterns the model never learned to read."),
 }
 
 
