@@ -15,7 +15,7 @@ WORK ?= work
 PORT ?= 8888
 
 .PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox lab \
-	working-copy formgrader release collect grade feedback report demo adversarial test bench \
+	working-copy exchange formgrader release collect grade feedback report demo adversarial test bench \
 	lint clean
 
 # --- Installing -------------------------------------------------------------------------------
@@ -159,13 +159,25 @@ lab: install-lab working-copy $(STUDENT_CONFIG_FILES)
 
 # The instructor's JupyterLab: nbgrader reads grader/nbgrader_config.py from the server's working
 # directory, and its course root (the repository) must lie inside the server's root directory.
+# Its Autograde button grades through the course's sandboxed grader (grader/nbgrader_hooks.py).
 COURSE_WORKSPACE ?= $(or $(ATTENTION_COURSE_WORKSPACE),course)
+# nbgrader's exchange, where release_assignment, submit, collect, release_feedback and
+# fetch_feedback meet: on a JupyterHub, a folder every user of the hub reaches (nbgrader's
+# default). Created here, writable by all, when it is missing and can be; EXCHANGE= elsewhere.
+EXCHANGE ?= $(or $(ATTENTION_COURSE_EXCHANGE),/srv/nbgrader/exchange)
 
-formgrader: install-instructor
+exchange:
+	@[ -d "$(EXCHANGE)" ] || { mkdir -p "$(EXCHANGE)" && chmod ugo+rwx "$(EXCHANGE)"; } 2>/dev/null || \
+		echo "No exchange: $(EXCHANGE) cannot be created by $$(id -un). Create it once with" \
+			"'sudo mkdir -p $(EXCHANGE) && sudo chmod ugo+rwx $(EXCHANGE)', or pass EXCHANGE=<folder>;" \
+			"the formgrader works without one, except releasing and collecting through it."
+
+formgrader: install-instructor exchange
 	@mkdir -p $(COURSE_WORKSPACE)
 	@echo "The formgrader is under Nbgrader > Formgrader, or at /lab?formgrader=true"
 	cd grader && export PATH="$(abspath $(BIN)):$$PATH" \
-		ATTENTION_COURSE_WORKSPACE="$(abspath $(COURSE_WORKSPACE))" && \
+		ATTENTION_COURSE_WORKSPACE="$(abspath $(COURSE_WORKSPACE))" \
+		ATTENTION_COURSE_EXCHANGE="$(abspath $(EXCHANGE))" && \
 		jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) $(ALLOW_ROOT)
 
 # Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
@@ -175,12 +187,19 @@ release: install-instructor
 # Grading (python -m grader --help): the workspace is $(COURSE_WORKSPACE).
 GRADER = $(BIN)/python -m grader --workspace "$(COURSE_WORKSPACE)"
 
+# ZIP= an LMS download (or a folder); without it, the exchange's inbound/ folder, where
+# `nbgrader submit` puts what students hand in on a JupyterHub.
+INBOUND = $(EXCHANGE)/attention-step-by-step/inbound
+
 collect: install-instructor
-	@[ -n "$(ZIP)" ] || { echo "usage: make collect ZIP=path/to/lms-download.zip [LESSON=...]"; exit 2; }
-	$(GRADER) collect "$(ZIP)" $(if $(LESSON),--lesson $(LESSON))
+	@[ -n "$(ZIP)" ] || [ -d "$(INBOUND)" ] || { echo "usage: make collect ZIP=path/to/lms-download.zip" \
+		"[LESSON=...] [ROSTER=roster.csv] (without ZIP=: the exchange's $(INBOUND))"; exit 2; }
+	$(GRADER) collect "$(or $(ZIP),$(INBOUND))" $(if $(LESSON),--lesson $(LESSON)) \
+		$(if $(ROSTER),--roster "$(ROSTER)")
 
 grade: install-instructor sandbox
-	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS))
+	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS)) \
+		$(if $(AGAIN),--again)
 
 feedback: install-instructor
 	$(GRADER) feedback

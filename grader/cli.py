@@ -220,8 +220,7 @@ def graded(workspace: Workspace) -> tuple[list[Result], dict]:
         return [], {}
     gradebook.refresh(workspace, course)
     standings = gradebook.standings(workspace, course)
-    results = [r for r in load_results(workspace) if (r.student, r.lesson) in standings]
-    return results, standings
+    return gradebook.recorded_results(workspace, standings), standings
 
 
 def run_feedback(args, workspace: Workspace) -> None:

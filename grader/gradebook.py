@@ -147,6 +147,23 @@ def keep_earlier_results(workspace: Workspace, submissions: list[Submission]) ->
                   {"recorded": recorded.isoformat(), "submission": None, "result": result})
 
 
+def recorded_results(workspace: Workspace, keys) -> list[Result]:
+    """The result the gradebook holds for each (student, lesson) of ``keys``: the newest entry
+    of its history (else its result file, for one graded before history was kept)."""
+    results = []
+    for student, lesson in sorted(keys):
+        entries = history(workspace, student, lesson)
+        path = workspace.result_file(student, lesson)
+        try:
+            if entries:
+                results.append(Result.from_dict(entries[-1]["result"]))
+            elif path.is_file():
+                results.append(Result.from_json(path.read_text(encoding="utf-8")))
+        except (KeyError, TypeError, ValueError, OSError):
+            continue
+    return results
+
+
 def is_recorded(workspace: Workspace, submission: Submission, in_gradebook: set) -> bool:
     """True if the gradebook holds this submission graded from the files it has now."""
     entries = history(workspace, submission.student, submission.lesson)
@@ -466,6 +483,13 @@ def grade_cell_ids(workspace: Workspace, student: str, lesson: str) -> dict[str,
     with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
         submission = gradebook.find_submission(lesson, student)
         return {g.name: g.id for nb in submission.notebooks for g in nb.grades}
+
+
+def submission_notebook_id(workspace: Workspace, student: str, lesson: str) -> str:
+    """The gradebook's id of a submission's notebook (the formgrader's
+    /formgrader/submissions/<id>/, where it is graded by hand)."""
+    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
+        return gradebook.find_submission_notebook(lesson, lesson, student).id
 
 
 def set_manual_score(workspace: Workspace, student: str, lesson: str, grade_id: str,

@@ -1,0 +1,201 @@
+"""Due dates, extensions and the late policy: the course file, how late a submission is and what
+that costs, and lateness through the whole data path: collect (timestamp.txt from the exchange,
+Canvas's LATE marker), the gradebook (nbgrader's duedate, extension and late penalty, which
+`nbgrader export` reads too), grades.csv, the report and Canvas's gradebook import."""
+
+import csv
+import os
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from grader import cli, gradebook
+from grader.course import COURSE_ID, ROOT, Workspace, read_lesson
+from grader.demo import practice_names, student_notebook
+from grader.lateness import CourseFile, CourseFileError, LatePolicy, lateness
+from grader.results import ExerciseResult, Outcome, Result
+
+UTC = timezone.utc
+DUE = datetime(2025, 3, 7, 23, 59, tzinfo=UTC)
+POLICY = LatePolicy(penalty_per_day=0.1, max_penalty=0.3, grace=timedelta(minutes=10))
+
+
+# -- how late, and what it costs ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("submitted", "days"), [
+    (DUE - timedelta(hours=1), 0), (DUE, 0), (DUE + timedelta(minutes=9), 0),  # grace
+    (DUE + timedelta(minutes=11), 1), (DUE + timedelta(hours=24), 1),
+    (DUE + timedelta(hours=25), 2), (DUE + timedelta(days=9), 9)])
+def test_every_started_day_late_counts_after_the_grace(submitted, days):
+    assert lateness(DUE, None, submitted, False, POLICY).days == days
+
+
+def test_the_penalty_is_a_share_of_the_lesson_capped_and_never_more_than_the_score():
+    two_days = lateness(DUE, None, DUE + timedelta(days=2), False, POLICY)
+    assert (two_days.share, two_days.penalty(7, 10), two_days.text()) == (0.2, 2.0, "2 days late")
+    assert two_days.penalty(1, 10) == 1  # the score cannot go below 0
+    assert lateness(DUE, None, DUE + timedelta(days=9), False, POLICY).penalty(10, 10) == 3
+
+
+def test_an_extension_moves_the_due_date():
+    late = lateness(DUE, timedelta(days=3), DUE + timedelta(days=2), False, POLICY)
+    assert (late.late, late.due, late.text()) == (False, DUE + timedelta(days=3), "on time")
+
+
+def test_the_lms_late_marker_counts_only_where_no_time_is_known():
+    marked = lateness(DUE, None, None, True, POLICY)
+    assert (marked.days, marked.text()) == (1, "late (LMS; time unknown)")
+    assert not lateness(DUE, None, DUE - timedelta(days=1), True, POLICY).late  # time known
+    assert lateness(None, None, None, False, POLICY).text() == ""  # nothing known
+
+
+def test_the_course_file_reads_dates_in_any_zone_extensions_and_the_policy():
+    course = CourseFile.parse({
+        "due": {"01": datetime(2025, 3, 7, 23, 59, tzinfo=timezone(timedelta(hours=1))),
+                "02": "2025-03-14 23:59 Europe/Berlin", "03": datetime(2025, 3, 21, 12, 0)},
+        "extensions": {"s07": {"02": 2.5}},
+        "late": {"penalty_per_day": 0.1, "max_penalty": 0.5, "grace_minutes": 15},
+        "canvas": {"01": "Embeddings (4021)"}})
+    assert course.due == {"01": datetime(2025, 3, 7, 22, 59, tzinfo=UTC),
+                          "02": datetime(2025, 3, 14, 22, 59, tzinfo=UTC),
+                          "03": datetime(2025, 3, 21, 12, 0, tzinfo=UTC)}  # no zone: UTC
+    assert course.extensions == {("s07", "02"): timedelta(days=2.5)}
+    assert course.late == LatePolicy(0.1, 0.5, timedelta(minutes=15), 1)
+    assert course.canvas == {"01": "Embeddings (4021)"}
+
+
+@pytest.mark.parametrize(("data", "error"), [
+    ({"deadlines": {}}, "unknown section"), ({"due": {"01": "next friday"}}, "not a date"),
+    ({"late": {"penalty_per_day": -1}}, "expected a number >= 0"),
+    ({"late": {"penality_per_day": 0.1}}, "unknown key"),
+    ({"extensions": {"s07": 3}}, "expected { lesson = days")])
+def test_a_course_file_that_cannot_be_read_says_why(data, error):
+    with pytest.raises(CourseFileError, match=error):
+        CourseFile.parse(data)
+
+
+# -- through collect, the gradebook, the CSV and the report ------------------------------------
+
+L02, L03 = "02_scaled_dot_product", "03_masking"
+COURSE_TOML = f"""
+[due]
+"{L02}" = 2025-03-07T23:59:00Z
+"{L03}" = "2025-03-10 12:00 UTC"
+
+[extensions]
+dan = {{ "{L03}" = 3 }}
+
+[late]
+penalty_per_day = 0.1
+max_penalty = 0.3
+
+[canvas]
+"{L02}" = "Attention scores (4022)"
+"""
+EXCHANGE = {  # lesson 03 through nbgrader's exchange: student -> submission time
+    "ann": "2025-03-10 11:59:00.000000 UTC",  # on time
+    "cat": "2025-03-12 08:00:00.000000 UTC",  # 2 days late
+    "dan": "2025-03-12 08:00:00.000000 UTC",  # within the 3 days of extension
+}
+
+
+def full_marks(student: str, lesson: str) -> Result:
+    cells = read_lesson(lesson).points
+    return Result(student, lesson, Outcome.GRADED, "",
+                  tuple(ExerciseResult(g, p, p, True, "ok") for g, p in cells),
+                  sum(p for _, p in cells))
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    with path.open(newline="", encoding="utf-8") as file:
+        return list(csv.reader(file))
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Workspace:
+    """Lesson 02 collected from Canvas (one submission marked LATE), lesson 03 from the
+    exchange (with times), every submission recorded with full marks, then the report."""
+    root = tmp_path_factory.mktemp("lateness")
+    workspace = Workspace(root / "course")
+    canvas = root / "canvas.zip"
+    text = nbformat.writes(student_notebook(L02, dict.fromkeys(practice_names(L02))))
+    with zipfile.ZipFile(canvas, "w") as archive:
+        archive.writestr(f"smithann_1001_5001_{L02}.ipynb", text)
+        archive.writestr(f"jonesbob_LATE_1002_5002_{L02}.ipynb", text)
+    inbound = root / "inbound"
+    for student, stamp in EXCHANGE.items():
+        folder = inbound / f"{student}+{L03}+{stamp}+abc123"
+        folder.mkdir(parents=True)
+        nbformat.write(student_notebook(L03, dict.fromkeys(practice_names(L03))),
+                       folder / f"{L03}.ipynb")
+        (folder / "timestamp.txt").write_text(stamp)
+    for download in (canvas, inbound):
+        assert cli.main(["--workspace", str(workspace.root), "collect", str(download)]) == 0
+    (workspace.root / "course.toml").write_text(COURSE_TOML)
+    results = [full_marks(student, lesson) for student, lesson in
+               [("1001", L02), ("1002", L02), *((s, L03) for s in EXCHANGE)]]
+    gradebook.ensure_lessons(workspace.db_url, [L02, L03])
+    gradebook.record(workspace, results, {L02: read_lesson(L02), L03: read_lesson(L03)},
+                     CourseFile.read(workspace))
+    assert cli.main(["--workspace", str(workspace.root), "report"]) == 0
+    return workspace
+
+
+def test_lateness_is_in_the_csv_and_the_penalty_off_the_score(course):
+    table = read_csv(course.report / "grades.csv")
+    header, by_student = table[0], {row[0]: dict(zip(table[0], row, strict=True))
+                                    for row in table[1:]}
+    assert header[-4:] == [f"{L02} late", f"{L02} penalty", f"{L03} late", f"{L03} penalty"]
+    assert by_student["1001"][f"{L02} late"] == ""  # Canvas gives no time, and no marker
+    assert (by_student["1002"][f"{L02} late"], by_student["1002"][f"{L02} penalty"],
+            by_student["1002"][L02]) == ("late (LMS; time unknown)", "0.7", "6.3")
+    assert (by_student["ann"][f"{L03} late"], by_student["ann"][L03]) == ("on time", "10")
+    assert (by_student["cat"][f"{L03} late"], by_student["cat"][f"{L03} penalty"],
+            by_student["cat"][L03], by_student["cat"]["total"]) == ("2 days late", "2", "8", "8")
+    assert (by_student["dan"][f"{L03} late"], by_student["dan"][L03]) == ("on time", "10")
+
+
+def test_the_report_lists_lateness_per_student(course):
+    page = (course.report / "report.html").read_text()
+    assert "<td>cat</td><td>03_masking</td><td>2025-03-10 12:00 UTC</td>" \
+           "<td>2025-03-12 08:00 UTC</td><td>2 days late</td>" in page
+    assert "<td>dan</td><td>03_masking</td><td>2025-03-13 12:00 UTC</td>" in page  # extension
+    assert ">8 (2 days late: -2)<" in page
+
+
+def test_due_dates_extensions_and_penalties_are_nbgraders_own(course):
+    with Gradebook(course.db_url, course_id=COURSE_ID) as book:
+        assert book.find_assignment(L03).duedate == datetime(2025, 3, 10, 12, 0)
+        assert book.find_submission(L03, "dan").extension == timedelta(days=3)
+        cat = book.find_submission(L03, "cat")
+        assert (cat.total_seconds_late, cat.late_submission_penalty) == (158400.0, 2.0)
+    # nbgrader's own export agrees with our CSV
+    exported = course.root / "nbgrader-export.csv"
+    env = os.environ | {"ATTENTION_COURSE_WORKSPACE": str(course.root),
+                        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--to={exported}"],
+                          cwd=ROOT / "grader", env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(exported.open())}
+    assert (rows["cat", L03]["late_submission_penalty"], rows["cat", L03]["score"]) == \
+        ("2.0", "8.0")
+    assert rows["1002", L02]["late_submission_penalty"] == "0.7"
+
+
+def test_canvas_gets_its_import_format_with_the_canvas_ids_collect_recorded(course):
+    table = read_csv(course.report / "canvas.csv")
+    assert table[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+    assert "Attention scores (4022)" in table[0] and L03 in table[0]
+    column = table[0].index("Attention scores (4022)")
+    assert table[1][0] == "Points Possible" and table[1][column] == "7"
+    rows = {row[1] or row[2]: row for row in table[2:]}
+    assert rows["1002"][:3] == ["jonesbob", "1002", ""]  # Canvas user id, no SIS id known
+    assert rows["1002"][column] == "6.3"
+    assert rows["cat"][:3] == ["cat", "", "cat"] and rows["cat"][column] == ""  # not submitted
