@@ -49,7 +49,8 @@ def environment(workspace: Path) -> dict:
 
 
 def ours(workspace: Path, lessons: list[str], sandboxed: bool = True) -> float:
-    command = [sys.executable, "-m", "grader", "--workspace", str(workspace), "grade"]
+    # --again: every round grades every submission (grade skips what the gradebook holds)
+    command = [sys.executable, "-m", "grader", "--workspace", str(workspace), "grade", "--again"]
     command += [arg for lesson in lessons for arg in ("--lesson", lesson)]
     command += [] if sandboxed else ["--no-sandbox"]
     return _timed(command, ROOT, environment(workspace))
