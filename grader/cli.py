@@ -172,6 +172,7 @@ def run_grade(args, workspace: Workspace) -> None:
                          f"Nothing was run. To grade without a sandbox anyway, with your rights "
                          f"(only for code you trust), pass --no-sandbox.") from None
     except KeyboardInterrupt:
+        recorder.stop()
         print(f"\ninterrupted: {len(recorder.recorded)} of {len(pending)} submission(s) graded "
               f"and written to the gradebook; run grade again to go on where it stopped",
               file=sys.stderr)

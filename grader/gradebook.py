@@ -200,12 +200,21 @@ class Recorder:
         self.collected = Collected.read(workspace)
         self.lock = threading.Lock()
         self.recorded: list[Result] = []
+        self.stopped = False
 
     def __call__(self, result: Result) -> None:
         with self.lock:
+            if self.stopped:
+                return
             record_one(self.workspace, result, self.lessons[result.lesson], self.course,
                        self.collected)
             self.recorded.append(result)
+
+    def stop(self) -> None:
+        """Record nothing more: once a batch is interrupted, a submission still running ends
+        because its runner is stopped, and that is no grade (it is graded on resuming)."""
+        with self.lock:
+            self.stopped = True
 
 
 def record(workspace: Workspace, results: list[Result], lessons: dict[str, Lesson],
