@@ -17,10 +17,10 @@ from check_solutions import (
     CHECK_NAMES,
     REFERENCES,
     MHAByEinsum,
-    StudentMHA,
     MLPByFunctional,
     StudentBlock,
     StudentCausalSelfAttention,
+    StudentMHA,
     check_of,
     failure,
     masked_attention_additive,
@@ -30,7 +30,6 @@ from check_solutions import (
 )
 from test_lesson06_answers import SIGN_EXAMPLES as LESSON06_SIGN_EXAMPLES
 from test_lesson06_answers import rotary_mha_with
-
 from torch import nn
 
 from attention_course import attention

@@ -34,7 +34,8 @@ def answers(source: torch.Tensor, reverse: bool) -> torch.Tensor:
     return torch.tensor([row[::-1] if reverse else row for row in source.tolist()])
 
 
-def lesson_model(task: CopyTask = CopyTask(), **kwargs) -> DecoderOnlyTransformer:
+def lesson_model(task: CopyTask | None = None, **kwargs) -> DecoderOnlyTransformer:
+    task = task or CopyTask()
     return DecoderOnlyTransformer(task.n_tokens, task.context_len, block=DecoderBlock, **kwargs)
 
 

@@ -8,6 +8,7 @@ Lesson: 05_copy_task
 """
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -180,7 +181,8 @@ def train(model: nn.Module, task: CopyTask, loss_fn, config: TrainConfig = Train
     model never sees a batch twice. Every ``eval_every`` steps it measures held-out sequence
     accuracy (teacher-forced, equal to greedy decoding's) on ``eval_sequences`` sequences from
     another seed, and stops as soon as it reaches ``target_accuracy``. With ``progress`` it shows
-    a progress bar, which an early stop completes, and prints ``History.summary()``.
+    a progress bar, which an early stop completes, and prints ``History.summary()``. On a CPU it
+    trains on one thread.
     Lesson: 05_copy_task
     """
     device = torch.device(device or next(model.parameters()).device)
@@ -191,23 +193,25 @@ def train(model: nn.Module, task: CopyTask, loss_fn, config: TrainConfig = Train
     history, losses = History(target=config.target_accuracy), []
     bar = tqdm(total=config.max_steps, desc="training", unit="step", disable=not progress)
     start = time.perf_counter()
-    for step in range(1, config.max_steps + 1):
-        model.train()
-        optimizer.zero_grad()
-        loss = loss_fn(model, task.batch(config.batch_size, generator).sequences, task.seq_len)
-        loss.backward()
-        optimizer.step(config.lr * min(1.0, step / config.warmup_steps))  # linear warm-up
-        losses.append(loss.detach())
-        bar.update()
-        if step % config.eval_every == 0 or step == config.max_steps:
-            history.loss.extend(torch.stack(losses).tolist())  # one device sync per evaluation
-            losses.clear()
-            history.eval_steps.append(step)
-            history.accuracy.append(teacher_forced_accuracy(model, held_out))
-            bar.set_postfix(loss=f"{history.loss[-1]:.3f}",
-                            accuracy=f"{history.accuracy[-1]:.1%}")
-            if history.reached_target:
-                break
+    with _one_cpu_thread(device):
+        for step in range(1, config.max_steps + 1):
+            model.train()
+            optimizer.zero_grad()
+            sequences = task.batch(config.batch_size, generator).sequences
+            loss = loss_fn(model, sequences, task.seq_len)
+            loss.backward()
+            optimizer.step(config.lr * min(1.0, step / config.warmup_steps))  # linear warm-up
+            losses.append(loss.detach())
+            bar.update()
+            if step % config.eval_every == 0 or step == config.max_steps:
+                history.loss.extend(torch.stack(losses).tolist())  # one sync per evaluation
+                losses.clear()
+                history.eval_steps.append(step)
+                history.accuracy.append(teacher_forced_accuracy(model, held_out))
+                bar.set_postfix(loss=f"{history.loss[-1]:.3f}",
+                                accuracy=f"{history.accuracy[-1]:.1%}")
+                if history.reached_target:
+                    break
     history.seconds = time.perf_counter() - start
     if history.reached_target:
         _complete(bar)
@@ -215,6 +219,22 @@ def train(model: nn.Module, task: CopyTask, loss_fn, config: TrainConfig = Train
     if progress:
         print(history.summary())
     return history
+
+
+@contextmanager
+def _one_cpu_thread(device: torch.device):
+    """Train on one CPU thread. The matrices of a model this small are not worth
+    splitting across cores, and a thread that waits for a core busy with something else stalls
+    every step: on a loaded machine two threads train many times slower than one."""
+    if device.type != "cpu":
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _complete(bar) -> None:

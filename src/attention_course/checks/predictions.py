@@ -81,7 +81,7 @@ QUESTIONS = {
         "none", options=("none", "some", "all"),
         why="Without positions every source digit looks the same to attention wherever it "
             "stands, so the answer position n + k cannot ask for the digit at position k: the "
-            "model stays at 0% while both kinds of positions pass 99%."),
+            "model stays at 0%, while with either kind of positions it learns to copy."),
     "05-learned-or-sinusoidal": Question(
         "learned", options=("learned", "sinusoidal"),
         why="The learned rows start as random vectors, nearly orthogonal, so every position is "
