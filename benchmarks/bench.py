@@ -2,8 +2,9 @@
 
 Sections (each a module of this folder): lesson notebooks against the kernel-start floor, the
 copy task's steps and seconds to 99% over seeds, grading throughput against stock nbgrader, the
-attention cost curve, and the time of every check. Writes results.json and attention_cost.png
-to --out (default: this folder) and prints a summary. --quick runs a small version of each
+attention cost curve, the time of every check, and lesson 06's length experiment over seeds.
+Writes results.json, attention_cost.png and rope_lengths.png to --out (default: this folder)
+and prints a summary. --quick runs a small version of each
 section, as a smoke test.
 
 Run: .venv/bin/python benchmarks/bench.py [--quick] [--out DIR]
@@ -26,6 +27,7 @@ import attention_cost  # noqa: E402
 import checks  # noqa: E402
 import copy_task  # noqa: E402
 import grading  # noqa: E402
+import rope_lengths  # noqa: E402
 
 import notebooks  # noqa: E402
 
@@ -48,6 +50,7 @@ def sections(quick: bool) -> dict:
                                            lessons=["01_embeddings"] if quick else None),
         "attention_cost": lambda: attention_cost.measure(quick),
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
+        "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
     }
 
 
@@ -77,6 +80,7 @@ def report(results: dict) -> None:
               f"time x{a['seconds'] / b['seconds']:.1f}, memory x{memory:.1f}")
     slowest = max(results["checks"], key=lambda r: r["pass_s"])
     print(f"checks: slowest {slowest['check']} {slowest['pass_s'] * 1e3:.0f} ms per call")
+    print(rope_lengths.report(results["rope_lengths"]))
 
 
 def main() -> None:
@@ -94,8 +98,10 @@ def main() -> None:
     results["section_seconds"] = seconds
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     attention_cost.plot(results["attention_cost"], args.out / "attention_cost.png")
+    rope_lengths.plot(results["rope_lengths"], args.out / "rope_lengths.png")
     report(results)
-    print(f"wrote {args.out / 'results.json'} and {args.out / 'attention_cost.png'}")
+    print(f"wrote {args.out / 'results.json'}, {args.out / 'attention_cost.png'} and "
+          f"{args.out / 'rope_lengths.png'}")
 
 
 if __name__ == "__main__":

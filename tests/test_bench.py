@@ -31,3 +31,6 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in cost)
     assert len(results["checks"]) >= 18 and all(row["pass_s"] > 0 for row in results["checks"])
     assert (tmp_path / "attention_cost.png").read_bytes().startswith(b"\x89PNG")
+    lengths = results["rope_lengths"]["summary"]["kinds"]
+    assert set(lengths) == {"none", "sinusoidal", "learned", "rotary"}
+    assert (tmp_path / "rope_lengths.png").read_bytes().startswith(b"\x89PNG")

@@ -2,11 +2,11 @@
 ones, with no positions, sinusoidal, learned or rotary positions.
 
 The task is an echo: the model reads random tokens and, at every position t >= delay, must
-output the token it read ``delay`` steps earlier. It depends on positions only through the
-offset ``delay``, which is the most a model trained at one length can hope to carry over to
-longer ones. The model is one pre-norm causal attention layer (lesson 04's
+output the token it read ``delay`` steps earlier. Its answer depends on positions only through
+the fixed offset ``delay``: the kind of rule a model trained at one length can hope to carry
+over to longer sequences. The model is one pre-norm causal attention layer (lesson 04's
 ``MultiHeadAttention``, or a rotary layer passed in) between a token embedding and a linear
-read-out, small enough to train on a CPU in about a second.
+read-out, small enough to train on a CPU in well under a second.
 
 Lesson: 06_rotary_positions
 """
@@ -91,9 +91,9 @@ class EchoConfig:
     test_len: int = 32  # 2L: the test sequences, which hold every length up to it
     d_model: int = 32
     n_heads: int = 2
-    steps: int = 100
-    batch_size: int = 32
-    lr: float = 1e-2
+    steps: int = 50
+    batch_size: int = 64
+    lr: float = 2e-2
     test_batch: int = 512
     seed: int = 0
 
