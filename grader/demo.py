@@ -140,6 +140,36 @@ MISTAKES = {
                                                     is_causal=is_causal)
         return self.out_proj(merge_heads(out)), weights
         """, "rotation applied to the values too"),
+    "cached_attention": ("""
+        if past_key is not None:
+            key = torch.cat([past_key, key], dim=-2)
+            value = torch.cat([past_value, value], dim=-2)
+        out, _ = scaled_dot_product_attention(query, key, value, is_causal=True)
+        return out, key, value
+        """, "causal mask aligned top-left"),
+    "grouped_query_attention": ("""
+        H, G = query.shape[1], key.shape[1]
+        key = key.repeat(1, H // G, 1, 1)
+        value = value.repeat(1, H // G, 1, 1)
+        return scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale)
+        """, "key/value heads repeated in the wrong order"),
+    "tiled_attention": ("""
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        T, S = query.shape[-2], key.shape[-2]
+        m, l, acc = torch.full_like(query[..., :1], float("-inf")), 0.0, 0.0
+        for start in range(0, S, block_size):
+            k, v = key[..., start:start + block_size, :], value[..., start:start + block_size, :]
+            scores = query @ k.transpose(-2, -1) * scale
+            if is_causal:
+                future = torch.arange(start, start + k.shape[-2]) > torch.arange(S - T, S)[:, None]
+                scores = scores.masked_fill(future, float("-inf"))
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p = torch.exp(scores - m_new)
+            l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+            acc = acc + p @ v
+            m = m_new
+        return acc / l
+        """, "running max not used to rescale the accumulated output"),
 }
 
 # Code a student adds in a new cell right after the imports.

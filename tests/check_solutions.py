@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from test_lesson06_answers import CORRECT as LESSON06_CORRECT
 from test_lesson06_answers import REFERENCES as LESSON06_REFERENCES
+from test_lesson07_answers import CORRECT as LESSON07_CORRECT
+from test_lesson07_answers import REFERENCES as LESSON07_REFERENCES
 from torch import nn
 
 from attention_course import attention, checks, embeddings, masks, model, multihead, training
@@ -536,3 +538,7 @@ REFERENCES = {
 # lesson 06's answers and references are kept in test_lesson06_answers.py
 CORRECT.update(LESSON06_CORRECT)
 REFERENCES.update(LESSON06_REFERENCES)
+
+# lesson 07's answers and references are kept in test_lesson07_answers.py
+CORRECT.update(LESSON07_CORRECT)
+REFERENCES.update(LESSON07_REFERENCES)

@@ -20,6 +20,7 @@ from check_solutions import (
     split_by_view,
 )
 from test_checks_catalogue import code_lines
+from test_lesson07_answers import SLIPS as LESSON07_SLIPS
 
 from attention_course.checks.errors import KNOWN_ERRORS, explain_error
 from attention_course.checks.framework import CheckFailed
@@ -304,6 +305,7 @@ SLIPS = [
     ("multi_head_attention", MHAKeysByDotT,
      "every axis of key reversed (.T) instead of the last two swapped"),
 ]
+SLIPS += LESSON07_SLIPS  # lesson 07's, kept with its answers
 PARAMS = [pytest.param(name, slip, mistake, id=f"{name}-{slip.__name__}")
           for name, slip, mistake in SLIPS]
 

@@ -14,7 +14,7 @@ from attention_course.lessons import lesson
 # The lessons written in this format. A lesson joins the list once its notebook follows it.
 LESSONS_WITH_STAGED_HINTS = ("01_embeddings", "02_scaled_dot_product", "03_masking",
                              "04_multi_head", "05_copy_task",
-                             "06_rotary_positions")
+                             "06_rotary_positions", "07_inference_and_scale")
 
 STAGES = (("Hint 1", "a nudge"), ("Hint 2", "the idea"), ("Hint 3", "nearly the answer"))
 HINTS = re.compile("\n\n".join(

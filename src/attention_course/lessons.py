@@ -131,6 +131,19 @@ LESSONS = (
                   Practice("rotary_multi_head_attention", "rope.RotaryMultiHeadAttention",
                            difficulty=2, minutes=15)),
         may_import=("attention", "masks", "embeddings", "multihead", "lengths")),
+    Lesson(
+        "07_inference_and_scale", "attention at inference and at scale",
+        teaches=("inference", "tiled"),
+        builds="a key/value cache whose decoding equals uncached decoding token for token, "
+               "grouped-query attention and the cache it saves, tiled attention with an online "
+               "softmax; the speed-up and the memory each one buys, measured",
+        practice=(Practice("cached_attention", "inference.cached_attention",
+                           difficulty=2, minutes=15),
+                  Practice("grouped_query_attention", "inference.grouped_query_attention",
+                           difficulty=2, minutes=10),
+                  Practice("tiled_attention", "tiled.tiled_attention", difficulty=3, minutes=25)),
+        may_import=("attention", "masks", "inference.TinyDecoder", "inference.generate",
+                    "inference.cache_bytes", "tiled.peak_memory")),
 )
 
 

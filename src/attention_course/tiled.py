@@ -40,10 +40,9 @@ def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     if is_causal and T > S:
         raise ValueError(f"is_causal needs T <= S: {T} queries cannot be the last of {S} keys")
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
-    m = query.new_full((*batch, T, 1), float("-inf"))  # running max of each query's scores
-    l = query.new_zeros((*batch, T, 1))  # running sum of exp(score - m)
-    acc = query.new_zeros((*batch, T, value.shape[-1]))  # running sum of exp(score - m) * value
+    m = torch.full_like(query[..., :1], float("-inf"))  # (B, H, T, 1) running max of the scores
+    l = torch.zeros_like(m)  # (B, H, T, 1) running sum of exp(score - m)
+    acc = query.new_zeros(*query.shape[:-1], value.shape[-1])  # (B, H, T, Dv) exp(score - m) * v
     position = torch.arange(S - T, S, device=query.device)[:, None]  # (T, 1): each query's place
     for start in range(0, S, block_size):
         k = key[..., start:start + block_size, :]  # (B, H, b, D)
@@ -109,9 +108,14 @@ class _LiveTensors(TorchDispatchMode):
     """Counts the bytes of the storages that operations create while it is active, until each
     storage is freed, and keeps the peak."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled: no wrapper, which would import torch._dynamo
+
     def __init__(self):
         super().__init__()
         self.now = self.peak = 0
+        self.alive = set()  # where the counted storages start: each is counted once
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -125,10 +129,14 @@ class _LiveTensors(TorchDispatchMode):
         return out
 
     def _count(self, storage) -> None:
-        size = storage.nbytes()
+        size, where = storage.nbytes(), (storage.device, storage.data_ptr())
+        if size == 0 or where in self.alive:  # empty, or an alias the schema does not mark
+            return
+        self.alive.add(where)
         self.now += size
         self.peak = max(self.peak, self.now)
-        weakref.finalize(storage, self._free, size)
+        weakref.finalize(storage, self._free, size, where)
 
-    def _free(self, size: int) -> None:
+    def _free(self, size: int, where: tuple) -> None:
         self.now -= size
+        self.alive.discard(where)

@@ -23,7 +23,8 @@ class KnownError(NamedTuple):
 EVERY = frozenset()
 # exercises whose inputs may have any number of leading (batch) axes, even none
 ANY_AXES = frozenset({"one_hot_embedding", "softmax", "attention_scores",
-                      "scaled_dot_product_attention", "apply_mask", "masked_attention"})
+                      "scaled_dot_product_attention", "apply_mask", "masked_attention",
+                      "cached_attention", "grouped_query_attention", "tiled_attention"})
 ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention", "masked_attention",
                        "MultiHeadAttention.forward"})
 MASKS = frozenset({"apply_mask", "masked_attention", "to_mha_mask", "MultiHeadAttention.forward"})
@@ -45,6 +46,32 @@ TRANSPOSED_EVERY_AXIS = (
     "axes, (S, D), should swap.")
 
 KNOWN_ERRORS: tuple[KnownError, ...] = (
+    # ------------------------------------------------ lesson 07: caches, groups and tiles
+    KnownError(frozenset({"cached_attention"}), r"Sizes of tensors must match except in dimension",
+               "cache appended on the wrong axis",
+               "The cache grows along the sequence axis, the second-to-last one: P cached "
+               "tokens and T new ones make S = P + T positions, (B, H, P, D) and (B, H, T, D) "
+               "give (B, H, S, D). Along any other axis the two would have to be the same "
+               "size."),
+    KnownError(frozenset({"cached_attention"}),
+               r"expected Tensor as element \d+ in argument 0, but got NoneType|'NoneType' "
+               r"object has no attribute|unsupported operand type\(s\) for .*'NoneType'",
+               "an empty cache (None) not handled",
+               "past_key=None means nothing is cached yet (the prompt's first step): the keys "
+               "and values are then the new ones alone. Test for None before appending."),
+    KnownError(frozenset({"grouped_query_attention"}),
+               BROADCAST + r" at non-singleton dimension \d|the batch dims of query .* and key "
+               r".* do not broadcast|" + MATMUL,
+               "key/value heads not lined up with the query heads",
+               "The query has H heads, the keys and values G: each key/value head serves a group "
+               "of H // G consecutive query heads. Give every query head its key/value head "
+               "(repeat each of the G heads H // G times in place, along the head axis), or "
+               "give the query a group axis, before the products."),
+    KnownError(frozenset({"tiled_attention"}), r"^NotTiled: ",
+               "the whole (T, S) score matrix computed at once",
+               "Tiled attention never holds every query's scores against every key: take the "
+               "keys and values block_size at a time, compute that block's scores only, and "
+               "fold them into the running max, sum and output of each query."),
     # ------------------------------------------------ shapes that do not broadcast
     KnownError(frozenset({"softmax"}), BROADCAST, *KEEPDIM),
     KnownError(frozenset({"scaled_dot_product_attention"}),

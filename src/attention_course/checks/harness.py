@@ -56,15 +56,19 @@ class WithinBlocks:
     def __call__(self, query, key, value, *args, **kwargs):
         tensors = [a for a in (query, key, value) if isinstance(a, torch.Tensor)]
         limit = 2 * max([a.numel() for a in tensors], default=0)
-        if len(tensors) == 3 and "block_size" in kwargs:
-            rows = torch.broadcast_shapes(query.shape[:-1], key.shape[:-2] + query.shape[-2:-1])
+        if len(tensors) == 3 and query.ndim >= 2 and key.ndim >= 2 and "block_size" in kwargs:
+            batch = max(query[..., 0, 0].numel(), key[..., 0, 0].numel())  # B * H, say
             widest = max(kwargs["block_size"], query.shape[-1], value.shape[-1])
-            limit = max(limit, 2 * rows.numel() * widest)
+            limit = max(limit, 2 * batch * query.shape[-2] * widest)  # rows times a block
         with _SizeLimit(limit):
             return self.fn(query, key, value, *args, **kwargs)
 
 
 class _SizeLimit(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled: no wrapper, which would import torch._dynamo
+
     def __init__(self, limit: int):
         super().__init__()
         self.limit = limit

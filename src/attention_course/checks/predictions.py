@@ -110,6 +110,23 @@ QUESTIONS = {
         why="Rotary scores depend on offsets only, and the offset of the echo was seen at "
             "every position in training; the learned rows past 16 were never trained, and the "
             "sinusoidal rows past 16 are patterns the model never learned to read."),
+    "07-cache-speedup": Question(
+        "grows", options=("shrinks", "stays", "grows"),
+        aliases={"stays the same": "stays", "same": "stays", "grow": "grows",
+                 "shrink": "shrinks"},
+        why="Without a cache, step t runs all t tokens again, so writing N tokens costs about "
+            "N²/2 token-steps; with a cache each step runs one token, N in all. The ratio grows "
+            "like N/2, once the fixed cost of a step is small beside the work."),
+    "07-gqa-cache": Question(
+        4,
+        why="The cache holds keys and values of the key/value heads only: 2 heads instead of "
+            "8 is 4 times fewer numbers, whatever the length, the batch or the number of "
+            "layers. The queries are never cached."),
+    "07-tiled-memory": Question(
+        2,
+        why="Tiled attention holds a (T, block) slice of scores and a (T, Dv) running output: "
+            "both grow like T, so doubling T doubles them. The naive version's (T, T) scores "
+            "grow 4 times."),
 }
 
 
