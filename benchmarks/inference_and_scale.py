@@ -113,8 +113,8 @@ def attention_memory(lengths=ATTENTION_LENGTHS, repeats: int = 3) -> list[dict]:
 
 def measure(quick: bool = False, device: str = "cpu") -> dict:
     if quick:
-        return {"decoding": decoding((16, 32), repeats=1, device=device),
-                "attention": attention_memory((256,), repeats=1)}
+        return {"decoding": decoding((8, 16), repeats=1, device=device),
+                "attention": attention_memory((128,), repeats=1)}
     return {"decoding": decoding(device=device), "attention": attention_memory()}
 
 
