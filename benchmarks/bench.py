@@ -2,7 +2,8 @@
 
 Sections (each a module of this folder): lesson notebooks against the kernel-start floor, the
 copy task's steps and seconds to 99% over seeds, grading throughput against stock nbgrader, the
-attention cost curve, the time of every check, and lesson 06's length experiment over seeds.
+attention cost curve, the time of every check, lesson 06's length experiment over seeds, and
+lesson 07's decoding with and without a cache and tiled attention's memory at T = 2048 and 4096.
 Writes results.json, attention_cost.png and rope_lengths.png to --out (default: this folder)
 and prints a summary. --quick runs a small version of each
 section, as a smoke test.
@@ -27,6 +28,7 @@ import attention_cost  # noqa: E402
 import checks  # noqa: E402
 import copy_task  # noqa: E402
 import grading  # noqa: E402
+import inference_and_scale  # noqa: E402
 import rope_lengths  # noqa: E402
 
 import notebooks  # noqa: E402
@@ -51,6 +53,7 @@ def sections(quick: bool) -> dict:
         "attention_cost": lambda: attention_cost.measure(quick),
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
+        "inference_and_scale": lambda: inference_and_scale.measure(quick, device=device),
     }
 
 
@@ -81,6 +84,7 @@ def report(results: dict) -> None:
     slowest = max(results["checks"], key=lambda r: r["pass_s"])
     print(f"checks: slowest {slowest['check']} {slowest['pass_s'] * 1e3:.0f} ms per call")
     print(rope_lengths.report(results["rope_lengths"]))
+    print(inference_and_scale.report(results["inference_and_scale"]))
 
 
 def main() -> None:

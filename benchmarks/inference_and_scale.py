@@ -130,9 +130,9 @@ def report(results: dict) -> str:
         for name in ("tiled_attention", "tiled in query blocks"):
             r = rows[name, T]
             parts.append(f"{name} {r['peak_bytes'] / 2**20:.1f} MiB "
-                         f"(x{r['peak_bytes'] / max(torch_sdpa['peak_bytes'], 1):.1f} sdpa, "
-                         f"1/{naive['peak_bytes'] / max(r['peak_bytes'], 1):.0f} naive), "
-                         f"time x{r['seconds'] / naive['seconds']:.2f} naive")
+                         f"(x{r['peak_bytes'] / max(torch_sdpa['peak_bytes'], 1):.1f} sdpa's, "
+                         f"x{r['peak_bytes'] / max(naive['peak_bytes'], 1):.3f} naive's), "
+                         f"time x{r['seconds'] / naive['seconds']:.2f} naive's")
         lines.append(f"causal attention at T={T}: naive {naive['peak_bytes'] / 2**20:.0f} MiB, "
                      f"sdpa {torch_sdpa['peak_bytes'] / 2**20:.1f} MiB; " + "; ".join(parts))
     return "\n".join(lines)

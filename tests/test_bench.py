@@ -34,3 +34,9 @@ def test_quick_bench_produces_every_figure(tmp_path):
     lengths = results["rope_lengths"]["summary"]["kinds"]
     assert set(lengths) == {"none", "sinusoidal", "learned", "rotary"}
     assert (tmp_path / "rope_lengths.png").read_bytes().startswith(b"\x89PNG")
+    scale = results["inference_and_scale"]
+    assert scale["decoding"] and all(row["same_tokens"] and row["speedup"] > 0
+                                     for row in scale["decoding"])
+    assert {row["implementation"] for row in scale["attention"]} == {
+        "course attention", "tiled_attention", "tiled in query blocks", "torch sdpa"}
+    assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in scale["attention"])
