@@ -23,6 +23,7 @@ from attention_course import lessons
 from attention_course.checks import CHECKS
 
 from .course import Lesson
+from .demo import solution_sources
 from .submissions import released_source
 
 HOOKS = {  # dotted name (or its start) -> why it is flagged
@@ -44,6 +45,7 @@ HOOKS = {  # dotted name (or its start) -> why it is flagged
         "ast_transformers", "events", "showtraceback", "set_custom_exc", "custom_exceptions")},
 }
 SIMILAR = 0.92  # token similarity above which an answer counts as the reference renamed
+CLOSER_TO_THE_REFERENCE = 0.05  # ... and by how much closer to it than to the usual answer
 SHORTEST_COMPARED = 12  # answers shorter than this many tokens look alike when right
 
 
@@ -189,11 +191,31 @@ def _copied(definition: ast.FunctionDef, lesson: Lesson) -> list[str]:
     mine = _tokens(definition)
     if len(mine) < SHORTEST_COMPARED:
         return []
-    similarity = difflib.SequenceMatcher(None, mine, reference, autojunk=False).ratio()
-    if similarity < SIMILAR:
-        return []
+    similarity = _similarity(mine, reference)
+    usual = _similarity(mine, _solution_tokens(lesson.name).get(name, []))
+    if similarity < SIMILAR or similarity - usual < CLOSER_TO_THE_REFERENCE:
+        return []  # (an answer as close to the usual way of writing it is no copy)
     return [f"{name} is the course's reference with the names changed "
             f"(similarity {similarity:.2f})"]
+
+
+def _similarity(a: list[str], b: list[str]) -> float:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+@functools.cache
+def _solution_tokens(lesson: str) -> dict[str, list[str]]:
+    """Name the student writes -> tokens of the instructor's answer (the solution notebook)."""
+    found = {}
+    for source in solution_sources(lesson).values():
+        tree = _parse(source)
+        for node in ast.walk(tree) if tree is not None else ():
+            for child in ast.iter_child_nodes(node):
+                child.parent = node
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef):
+                found[_answer_name(node)] = _tokens(node)
+    return found
 
 
 @functools.cache

@@ -6,6 +6,7 @@ student's process, so it holds no reference and no answer: only scaffolding.
 """
 
 import copy
+import zlib
 
 import torch
 from torch import nn
@@ -87,3 +88,205 @@ class _SizeLimit(TorchDispatchMode):
 
 
 __all__ += ["WithinBlocks"]
+
+
+# ---------------------------------------------------------------- lesson 05
+
+
+def seeded_parameters(module: nn.Module, seed: int) -> nn.Module:
+    """Fill every parameter of ``module`` with values drawn from its own name and shape.
+
+    Two modules whose parameters have the same names and shapes get the same weights: the
+    student's module and the reference, and also a reference built with another width, which
+    is how a wrong width is recognised.
+    """
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            generator = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(name.encode()))
+            values = 0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+            parameter.copy_(values.to(parameter.dtype))
+    return module
+
+
+class _InBothPrecisions:
+    """A module in eval mode, and a float64 copy of it for the float64 cases. It is built on
+    first use, inside the observed call: what the student's constructor raises (an unfinished
+    one raises NotImplementedError) is then reported like any error of the student's code."""
+
+    def build(self) -> nn.Module:
+        raise NotImplementedError
+
+    def module(self, dtype: torch.dtype) -> nn.Module:
+        if not hasattr(self, "_modules"):
+            built = self.build()
+            self._modules = {torch.float32: built.eval(),
+                             torch.float64: copy.deepcopy(built).double().eval()}
+        return self._modules[dtype]
+
+    def __call__(self, x, *args, **kwargs):
+        return self.module(x.dtype)(x, *args, **kwargs)
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return dict(self.module(torch.float64).named_parameters())
+
+
+class SeededModuleUnderTest(_InBothPrecisions):
+    """The student's class built with ``init``; its parameters must have the ``names`` the
+    contract gives them, and get ``seeded_parameters(module, seed)``."""
+
+    def __init__(self, cls, init: dict, names: tuple, seed: int):
+        self.cls, self.init, self.names, self.seed = cls, init, names, seed
+
+    def build(self) -> nn.Module:
+        module = self.cls(**self.init)
+        found = [name for name, _ in module.named_parameters()]
+        if sorted(found) != sorted(self.names):
+            raise ValueError(
+                f"your module's parameters are {', '.join(found) or 'none'}; the contract "
+                f"names them {', '.join(self.names)}. Name the layers as the docstring says.")
+        return seeded_parameters(module, self.seed)
+
+
+class StandInAttention(nn.Module):
+    """Stands in for the block's attention layer in the block check: a causal running mean of
+    x, linearly mixed, returned with its (B, H, T, T) averaging weights."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.mix = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        T = x.shape[-2]
+        weights = torch.ones(T, T, dtype=x.dtype, device=x.device).tril()
+        weights = weights / weights.sum(dim=-1, keepdim=True)  # (T, T), rows sum to 1
+        out = self.mix(weights @ x)  # (T, T) @ (B, T, C) -> (B, T, C)
+        return out, weights.expand(*x.shape[:-2], self.n_heads, T, T).clone()
+
+
+class StandInMLP(nn.Module):
+    """Stands in for the block's MLP in the block check: one linear layer and a tanh."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.layer = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        return torch.tanh(self.layer(x))
+
+
+def stand_in_block_parts(d_model: int, n_heads: int) -> dict[str, nn.Module]:
+    """The four parts of a block as the block check builds them: two LayerNorms and stand-ins
+    for the attention layer and the MLP, so that the check tests the forward alone."""
+    return {"attn_norm": nn.LayerNorm(d_model), "attn": StandInAttention(d_model, n_heads),
+            "mlp_norm": nn.LayerNorm(d_model), "mlp": StandInMLP(d_model)}
+
+
+class BlockUnderTest(_InBothPrecisions):
+    """The student's block class with its four parts replaced by ``stand_in_block_parts``
+    loaded with ``state``: only the student's forward runs. The given constructor is not
+    called, so an unfinished attention layer or MLP does not stop this check."""
+
+    def __init__(self, cls, d_model: int, n_heads: int, state: dict):
+        self.cls, self.d_model, self.n_heads, self.state = cls, d_model, n_heads, state
+
+    def build(self) -> nn.Module:
+        if not (isinstance(self.cls, type) and issubclass(self.cls, nn.Module)):
+            raise TypeError("your DecoderBlock is not an nn.Module class: keep the given "
+                            "class line and constructor")
+        block = self.cls.__new__(self.cls)
+        nn.Module.__init__(block)
+        for name, part in stand_in_block_parts(self.d_model, self.n_heads).items():
+            setattr(block, name, part)
+        block.load_state_dict(self.state)
+        return block
+
+
+class StandInLanguageModel(nn.Module):
+    """Stands in for the transformer in the loss check. It is causal like the lesson's model:
+    the logits at position t depend on the tokens 0..t (a running mean of their embeddings)
+    and on t; and like it, it refuses inputs longer than ``max_len``."""
+
+    def __init__(self, vocab_size: int, max_len: int, width: int = 8):
+        super().__init__()
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, width)
+        self.position = nn.Embedding(max_len, width)
+        self.head = nn.Linear(width, vocab_size)
+
+    def forward(self, tokens):
+        T = tokens.shape[-1]
+        if T > self.max_len:
+            raise ValueError(f"sequence of length {T} is longer than max_len={self.max_len}: "
+                             f"the model reads 2n tokens (the last token is only a target)")
+        x = self.embed(tokens)  # (B, T) -> (B, T, W)
+        seen = torch.arange(1, T + 1, dtype=x.dtype, device=x.device)[:, None]  # (T, 1)
+        context = x.cumsum(dim=-2) / seen  # mean of the embeddings of tokens 0..t
+        return self.head(torch.tanh(context + x + self.position.weight[:T]))  # (B, T, V)
+
+
+class LossUnderTest:
+    """The student's loss function applied to a stand-in language model loaded with ``state``
+    (in float32, or a float64 copy when the case asks for ``dtype=torch.float64``)."""
+
+    def __init__(self, loss_fn, vocab_size: int, max_len: int, state: dict):
+        language_model = StandInLanguageModel(vocab_size, max_len)
+        language_model.load_state_dict(state)
+        self.loss_fn = loss_fn
+        self.models = {torch.float32: language_model,
+                       torch.float64: copy.deepcopy(language_model).double()}
+
+    def __call__(self, sequences, n, dtype=torch.float32):
+        return self.loss_fn(self.models[dtype], sequences, n)
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return dict(self.models[torch.float64].named_parameters())
+
+
+class HeldOutRun:
+    """Decode fresh prompts of the copy task with the student's trained model and decoding
+    function; return the tokens, the model's sizes and its weights, so that the accuracy can be
+    measured, and the model rebuilt, without either."""
+
+    def __init__(self, model, greedy_decode, seq_len: int, vocab_size: int, n_sequences: int):
+        from ..data import CopyTask  # lesson 05's given code: only there is it importable
+
+        self.model, self.greedy_decode = model, greedy_decode
+        self.task, self.n_sequences = CopyTask(seq_len, vocab_size), n_sequences
+
+    def __call__(self, data_seed: int) -> tuple:
+        from ..data import seeded_generator
+        from ..model import DecoderOnlyTransformer
+
+        if not isinstance(self.model, DecoderOnlyTransformer):
+            raise TypeError(f"`model` is a {type(self.model).__name__}, expected the lesson's "
+                            f"DecoderOnlyTransformer")
+        test = self.task.batch(self.n_sequences, seeded_generator(data_seed))
+        device, was_training = next(self.model.parameters()).device, self.model.training
+        self.model.eval()
+        try:
+            prompt = self.task.prompt(test.source).to(device)
+            tokens = self.greedy_decode(self.model, prompt, self.task.seq_len)
+        finally:
+            self.model.train(was_training)
+        sizes = model_config(self.model)
+        return (tokens, torch.tensor([sizes[key] for key in CONFIG]),
+                *self.model.state_dict().values())
+
+
+CONFIG = ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "positions",
+          "scale_tokens")
+POSITION_CODES = {"none": 0, "sinusoidal": 1, "learned": 2}
+
+
+def model_config(model) -> dict[str, int]:
+    """The sizes of a lesson-05 model, read from its parts (the student's blocks included)."""
+    block = model.blocks[0]
+    return {"vocab_size": model.head.out_features, "max_len": model.embed.max_len,
+            "d_model": model.head.in_features, "n_heads": block.attn.attn.n_heads,
+            "n_layers": len(model.blocks), "d_ff": block.mlp.fc.out_features,
+            "positions": POSITION_CODES[model.positions],
+            "scale_tokens": int(model.embed.scale_tokens)}
+
+
+__all__ += ["SeededModuleUnderTest", "BlockUnderTest", "LossUnderTest", "HeldOutRun"]

@@ -52,7 +52,7 @@ def _tree(value, blob: bytearray, lenient: bool):
         return [_tree(v, blob, lenient) for v in value]
     if type(value) is tuple:
         return {"~": "tuple", "items": [_tree(v, blob, lenient) for v in value]}
-    if type(value) is dict and all(type(k) is str for k in value):
+    if isinstance(value, dict) and all(type(k) is str for k in value):  # state dicts too
         return {"~": "dict", "items": {k: _tree(v, blob, lenient) for k, v in value.items()}}
     if isinstance(value, torch.dtype):
         return {"~": "dtype", "name": str(value).removeprefix("torch.")}
