@@ -265,16 +265,19 @@ def record_one(workspace: Workspace, result: Result, lesson: Lesson, course: Cou
            "result": json.loads(result.to_json())})
 
 
-def set_penalty(gradebook: Gradebook, submission, course: CourseFile, marker: bool) -> float:
+def set_penalty(gradebook: Gradebook, submission, course: CourseFile, marker: bool,
+                commit: bool = True) -> float:
     """Store the late penalty of the submission's score as it stands (nbgrader's
     ``late_submission_penalty``, on its notebook); return it."""
-    gradebook.db.refresh(submission)
+    if commit:
+        gradebook.db.refresh(submission)  # the score, with the grades just written
     late = lateness(submission.assignment.duedate, submission.extension, submission.timestamp,
                     marker, course.late)
     penalty = late.penalty(submission.score, submission.max_score)
     for index, notebook in enumerate(submission.notebooks):
         notebook.late_submission_penalty = penalty if index == 0 and penalty else None
-    gradebook.db.commit()
+    if commit:
+        gradebook.db.commit()
     return penalty
 
 
@@ -466,7 +469,9 @@ def refresh(workspace: Workspace, course: CourseFile) -> None:
         for assignment in gradebook.assignments:
             for submission in assignment.submissions:
                 set_penalty(gradebook, submission, course,
-                            (submission.student.id, assignment.name) in collected.late)
+                            (submission.student.id, assignment.name) in collected.late,
+                            commit=False)
+        gradebook.db.commit()
 
 
 def scores(db_url: str) -> dict[tuple[str, str], dict[str, float]]:
