@@ -76,6 +76,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--again", action="store_true", help="grade submissions already graded "
                      "from the same files too (the earlier results stay in the history)")
     add_grading_options(sub)
+    sub = command("history", run_history, "every result a student's lesson had in the "
+                  "gradebook, oldest first, and the scores a human set")
+    sub.add_argument("student")
+    sub.add_argument("lesson")
     command("feedback", run_feedback, "write each student's HTML feedback, from the gradebook "
             "(with the files nbgrader release_feedback needs)")
     command("report", run_report, "write the class report from the gradebook: grades.csv, "
@@ -222,6 +226,21 @@ def graded(workspace: Workspace) -> tuple[list[Result], dict]:
     gradebook.refresh(workspace, course)
     standings = gradebook.standings(workspace, course)
     return gradebook.recorded_results(workspace, standings), standings
+
+
+def run_history(args, workspace: Workspace) -> None:
+    entries = gradebook.history(workspace, args.student, args.lesson)
+    if not entries:
+        raise SystemExit(f"no history for {args.student}, {args.lesson} in {workspace.results}")
+    for entry in entries:
+        result = Result.from_dict(entry["result"])
+        files = (entry.get("submission") or "unknown")[:12]
+        flags = f"; flagged: {'; '.join(result.flags)}" if result.flags else ""
+        print(f"{entry['recorded']}  {result.outcome.value:10}  {result.score:g} / "
+              f"{result.max_score:g}  (files {files}){flags}")
+    for _, _, grade_id, manual, extra in (o for o in gradebook.overrides(workspace.db_url)
+                                           if o[:2] == (args.student, args.lesson)):
+        print(f"set by hand: {grade_id} = {manual}" + (f" + {extra} extra" if extra else ""))
 
 
 def run_feedback(args, workspace: Workspace) -> None:
