@@ -98,7 +98,7 @@ def write_feedback(results: list[Result], feedback_dir: Path, standings=None,
 def _exchange_files(folder: Path, source: Path | None, standing) -> None:
     """timestamp.txt and submission_secret.txt beside a page (nbgrader's feedback layout)."""
     for name in ("timestamp.txt", "submission_secret.txt"):
-        if source is not None and (source / name).is_file():
+        if source is not None and (source / name).is_file() and not (source / name).is_symlink():
             (folder / name).write_bytes((source / name).read_bytes())
     if not (folder / "timestamp.txt").is_file():
         when = standing.timestamp if standing is not None and standing.timestamp else \

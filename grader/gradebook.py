@@ -95,7 +95,7 @@ def _naive(value: datetime) -> datetime:
 def digest(folder: Path) -> str:
     """What the submission is: a hash of every file in its folder (names and bytes)."""
     sha = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink()):
         if path.name.startswith("."):  # collect's temporary files
             continue
         sha.update(str(path.relative_to(folder)).encode() + b"\0")
@@ -386,7 +386,7 @@ def write_autograded(workspace: Workspace, result: Result, lesson: Lesson, folde
     _atomic_write(path, nbformat.writes(notebook).encode("utf-8"))
     for name in EXCHANGE_FILES:
         source, target = folder / name, path.parent / name
-        if source.is_file():
+        if source.is_file() and not source.is_symlink():
             _atomic_write(target, source.read_bytes())
         elif target.exists():
             target.unlink()

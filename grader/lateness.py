@@ -256,7 +256,10 @@ def nbgrader_time(value: datetime) -> str:
 def read_timestamp(folder: Path) -> datetime | None:
     """The time in a submission folder's timestamp.txt (UTC), or None."""
     path = Path(folder) / "timestamp.txt"
+    if path.is_symlink() or not path.is_file():
+        return None
     try:
-        return parse_time(path.read_text(encoding="utf-8")) if path.is_file() else None
+        with path.open("rb") as file:
+            return parse_time(file.read(256).decode("utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
