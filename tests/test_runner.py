@@ -184,3 +184,18 @@ def test_a_profiler_the_student_left_running_keeps_running_through_a_check():
     profiler.create_stats()
     assert result.passed
     assert any(name == "after_the_check" for _, _, name in profiler.stats)
+
+
+def test_an_error_while_computing_gradients_is_the_students_error_not_the_graders():
+    class NoGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return right_softmax(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("this operation has no gradient")
+
+    result = judged({"softmax": lambda x, dim=-1: NoGradient.apply(x) if dim == -1
+                     else right_softmax(x, dim)})
+    assert not result.passed and "while computing gradients" in result.message, result.message

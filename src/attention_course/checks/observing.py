@@ -63,8 +63,13 @@ def observe(inputs: tuple[str, ...], forbidden: Forbidden, student: Callable, ca
     if case.grad:
         targets = {name: a for name, a in zip(inputs, args, strict=False)
                    if isinstance(a, Tensor) and a.requires_grad}
-        observation.grads = gradients(observation.outputs,
-                                      targets | (parameters() if parameters else {}))
+        try:
+            observation.grads = gradients(observation.outputs,
+                                          targets | (parameters() if parameters else {}))
+        except Exception as err:  # an operation without a gradient, say
+            observation.error = f"{type(err).__name__} while computing gradients: {err}"
+            observation.outputs = None
+            return observation
     observation.outputs = tuple(detach(o) for o in observation.outputs)
     return observation
 
