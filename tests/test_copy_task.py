@@ -242,6 +242,22 @@ def test_an_early_stop_completes_the_progress_bar(capsys):
     assert "10/10" in bar and "300" not in bar, bar
 
 
+def test_in_a_notebook_an_early_stop_ends_the_bar_green_and_full():
+    from tqdm.notebook import tqdm
+
+    from attention_course.training import _complete
+
+    stopped, interrupted = tqdm(total=300), tqdm(total=300)
+    for bar in (stopped, interrupted):
+        bar.update(40)
+    _complete(stopped)
+    for bar in (stopped, interrupted):
+        bar.close()
+    widget = stopped.container.children[1]
+    assert (widget.bar_style, widget.value, widget.max) == ("success", 40, 40)
+    assert interrupted.container.children[1].bar_style == "danger"  # what it would have been
+
+
 def trained(task: CopyTask, config: TrainConfig) -> nn.Module:
     torch.manual_seed(0)
     model = lesson_model(task)
