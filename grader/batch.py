@@ -254,16 +254,20 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
                 workers: int, limits: Limits = Limits(), sandboxed: bool = True,
                 on_result: Callable[[Result], None] = lambda result: None) -> list[Result]:
     """Grade ``submissions`` with ``workers`` runners side by side; results in input order.
-    Raises SandboxUnavailable before running anything when ``sandboxed`` and it cannot be."""
+    Raises SandboxUnavailable before running anything when ``sandboxed`` and it cannot be. An
+    interrupt (Ctrl-C) stops the batch at once: each result was saved and passed to
+    ``on_result`` as it finished, and nothing finishing after the interrupt is."""
     if sandboxed:
         sandbox.check(limits.disk)
     workers = max(1, min(workers, len(submissions)))
     runners: queue.Queue[Runner] = queue.Queue()
     for n in range(workers):
         runners.put(Runner(workspace.scratch / f"worker-{n}", limits, sandboxed))
-    judging = threading.Lock()
+    judging, interrupted = threading.Lock(), threading.Event()
 
-    def grade(submission: Submission) -> Result:
+    def grade(submission: Submission) -> Result | None:
+        if interrupted.is_set():
+            return None
         runner = runners.get()
         try:
             result = grade_one(submission, lessons[submission.lesson], runner, workspace,
@@ -274,13 +278,21 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
                             f"internal grader error ({type(err).__name__}: {err})")
         finally:
             runners.put(runner)
+        if interrupted.is_set():  # its runner was stopped under it: that is no grade
+            return None
         save_result(result, workspace)
         on_result(result)
         return result
 
+    pool = ThreadPoolExecutor(workers)
     try:
-        with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(grade, submissions))
+        futures = [pool.submit(grade, submission) for submission in submissions]
+        return [future.result() for future in futures]
+    except BaseException:  # Ctrl-C: stop now; what was recorded stays, the rest waits
+        interrupted.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
     finally:
         while not runners.empty():
             runners.get().stop()
+        pool.shutdown(wait=True)

@@ -138,7 +138,9 @@ class LabServers:
         """`make formgrader`, the instructor's JupyterLab, with its course workspace in
         ``workspace``."""
         port = free_port()
-        command = ["make", "--no-print-directory", "-C", str(ROOT), "formgrader", f"PORT={port}"]
+        exchange = self.tmp_path_factory.mktemp("exchange")  # not the machine's own
+        command = ["make", "--no-print-directory", "-C", str(ROOT), "formgrader", f"PORT={port}",
+                   f"EXCHANGE={exchange}"]
         return self.start(command, cwd=ROOT, port=port,
                           env={"ATTENTION_COURSE_WORKSPACE": str(workspace)})
 
