@@ -95,25 +95,25 @@ MISTAKES = {
         out, weights = scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal)
         return out.transpose(1, 2).flatten(-2), weights
         """, "missing output projection"),
+    "causal_self_attention": ("""
+        out, weights = self.attn(x, x, x)
+        return F.dropout(out, self.dropout, self.training), weights
+        """, "no causal mask"),
+    "mlp": ("""
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.proj = nn.Linear(4 * d_model, d_model)
+        self.dropout = dropout
+        """, "hidden width 4 * d_model instead of d_ff"),
+    "decoder_block": ("""
+        attended, weights = self.attn(x)
+        x = self.attn_norm(x + attended)
+        x = self.mlp_norm(x + self.mlp(x))
+        return x, weights
+        """, "post-norm instead of pre-norm"),
     "copy_task_loss": ("""
-        per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-        return per_token.mean()
+        logits = model(sequences[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), sequences[:, 1:].flatten())
         """, "loss over the prompt half too"),
-    "train_step": ("""
-        loss = copy_task_loss(model(batch.inputs), batch.targets, batch.loss_mask)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-        """, "gradients never reset"),
-    "greedy_decode": ("""
-        tokens = prompt
-        for _ in range(n_new):
-            tokens = torch.cat([tokens, model(tokens)[:, 0].argmax(-1, keepdim=True)], dim=1)
-        return tokens[:, prompt.shape[1]:]
-        """, "decoding from the first position's logits"),
-    "sequence_accuracy": ("""
-        return (predicted == expected).float().mean().item()
-        """, "token accuracy instead of sequence accuracy"),
     "rotary_angles": ("""
         position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]
         i = torch.arange(d_head // 2, device=device, dtype=dtype)

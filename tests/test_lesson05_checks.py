@@ -27,10 +27,10 @@ from attention_course.data import CopyTask
 from attention_course.lessons import lesson
 
 # what runs the student's objects, and must work where the lesson's references do not exist
-STUDENT_SIDE = (lesson05.seeded_parameters, lesson05.SeededModuleUnderTest,
-                lesson05.StandInAttention, lesson05.StandInMLP, lesson05.stand_in_block_parts,
-                lesson05.BlockUnderTest, lesson05.StandInLanguageModel, lesson05.LossUnderTest,
-                lesson05.HeldOutRun, lesson05.model_config)
+STUDENT_SIDE = (harness.seeded_parameters, harness.SeededModuleUnderTest,
+                harness.StandInAttention, harness.StandInMLP, harness.stand_in_block_parts,
+                harness.BlockUnderTest, harness.StandInLanguageModel, harness.LossUnderTest,
+                harness.HeldOutRun, harness.model_config)
 
 
 def test_the_registry_names_the_references_the_grader_drops():
@@ -52,9 +52,9 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
     student side, the given model and the given training loop still work there."""
     torch.manual_seed(0)
     layer_state = model.CausalSelfAttention(12, 3).state_dict()
-    parts = nn.ModuleDict(lesson05.stand_in_block_parts(12, 2))
-    block_state = lesson05.seeded_parameters(parts, 0).state_dict()
-    language_model_state = lesson05.StandInLanguageModel(6, 8).state_dict()
+    parts = nn.ModuleDict(harness.stand_in_block_parts(12, 2))
+    block_state = harness.seeded_parameters(parts, 0).state_dict()
+    language_model_state = harness.StandInLanguageModel(6, 8).state_dict()
     for name in ("CausalSelfAttention", "MLP", "DecoderBlock"):
         monkeypatch.delattr(model, name)
     monkeypatch.delattr(training, "copy_task_loss")
@@ -63,20 +63,20 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
     init = {"d_model": 12, "n_heads": 3, "dropout": 0.5}
     out, weights = harness.ModuleUnderTest(AttentionLayerByIsCausal, init, layer_state)(x)
     assert out.shape == (2, 5, 12) and weights.shape == (2, 3, 5, 5)
-    mlp = lesson05.SeededModuleUnderTest(MLPByFunctional, {"d_model": 12, "d_ff": 20},
+    mlp = harness.SeededModuleUnderTest(MLPByFunctional, {"d_model": 12, "d_ff": 20},
                                          lesson05.MLP_NAMES, 0)
     assert mlp(x).shape == (2, 5, 12) and set(mlp.probe_parameters()) == set(lesson05.MLP_NAMES)
-    block_out, block_weights = lesson05.BlockUnderTest(BlockInTwoLines, 12, 2, block_state)(x)
+    block_out, block_weights = harness.BlockUnderTest(BlockInTwoLines, 12, 2, block_state)(x)
     assert block_out.shape == (2, 5, 12) and block_weights.shape == (2, 2, 5, 5)
     sequences = CopyTask(4, 5).batch(3, gen).sequences
-    assert lesson05.LossUnderTest(loss_by_slicing, 6, 8, language_model_state)(sequences, 4) > 0
+    assert harness.LossUnderTest(loss_by_slicing, 6, 8, language_model_state)(sequences, 4) > 0
 
     task = CopyTask(10, 10)
     trained = model.DecoderOnlyTransformer(task.n_tokens, task.context_len, block=BlockInTwoLines)
     config = training.TrainConfig(max_steps=3, eval_every=3, target_accuracy=None)
     history = training.train(trained, task, loss_by_slicing, config, progress=False)
     assert history.steps == 3
-    tokens, sizes, *weights = lesson05.HeldOutRun(trained, training.greedy_decode, 10, 10, 50)(7)
+    tokens, sizes, *weights = harness.HeldOutRun(trained, training.greedy_decode, 10, 10, 50)(7)
     assert tokens.shape == (50, 10) and len(weights) == len(trained.state_dict())
     assert sizes.tolist() == [11, 20, 32, 2, 1, 128, 2, 1]
 
@@ -134,10 +134,10 @@ def test_a_wrong_width_is_recognised_from_the_weights_alone():
     """Seeded weights depend only on a parameter's name and shape: a reference built with the
     student's width gets the student's weights."""
     narrow, wide = model.MLP(12, 20), model.MLP(12, 48)
-    lesson05.seeded_parameters(narrow, 3)
-    lesson05.seeded_parameters(wide, 3)
-    again = lesson05.seeded_parameters(model.MLP(12, 20), 3)
+    harness.seeded_parameters(narrow, 3)
+    harness.seeded_parameters(wide, 3)
+    again = harness.seeded_parameters(model.MLP(12, 20), 3)
     assert torch.equal(narrow.fc.weight, again.fc.weight)
-    assert not torch.equal(narrow.fc.bias, lesson05.seeded_parameters(model.MLP(12, 20), 4).fc.bias)
+    assert not torch.equal(narrow.fc.bias, harness.seeded_parameters(model.MLP(12, 20), 4).fc.bias)
     assert wide.fc.weight.shape == (48, 12)
 
