@@ -132,8 +132,8 @@ class TrainConfig:
     lr: float = 1e-2
     warmup_steps: int = 10
     eval_every: int = 10
-    eval_sequences: int = 250
-    target_accuracy: float | None = 0.996  # at most 1 wrong sequence in 250
+    eval_sequences: int = 500
+    target_accuracy: float | None = 0.998  # at most 1 wrong sequence in 500
     seed: int = 0
 
 
