@@ -90,9 +90,9 @@ QUESTIONS = {
     "05-one-head": Question(
         "same", options=("slower", "same", "faster"),
         aliases={"about the same": "same", "the same": "same", "as fast": "same"},
-        why="Copying needs one lookup per answer position, the digit n places back, and one "
-            "head does it; several heads pay off when a position must gather from several "
-            "places at once."),
+        why="The two learn within a few steps of each other: copying needs one lookup per "
+            "answer position, the digit n places back, and one head does it. Several heads pay "
+            "off when a position must gather from several places at once."),
     "05-no-scale": Question(
         "slower", options=("slower", "same", "faster"),
         aliases={"about the same": "same", "the same": "same"},
