@@ -24,7 +24,7 @@ from attention_course import lessons
 SOURCE = Path(attention_course.__file__).parent
 STUDENT_SIDE = ("observing.py", "harness.py", "wire.py", "shortcuts.py")
 UTILITIES = ("__init__", "device", "viz")
-CHECKS_STAND_IN = '''"""Under the grader, the checks run in the grader's own process: these only say so."""
+CHECKS_STAND_IN = '''"""Under the grader, checks run in the grader's own process: these say so."""
 
 
 def _graded_elsewhere(*args, **kwargs):

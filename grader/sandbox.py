@@ -22,7 +22,8 @@ import attention_course
 GRADER = Path(__file__).parent
 RUNNER_FILES = ("runner.py", "confinement.py")
 # paths in the sandbox: the runner, the submission's scratch space, the lesson's package
-INSIDE_RUNNER, INSIDE_SCRATCH, INSIDE_PACKAGE = Path("/grader"), Path("/submission"), Path("/course")
+INSIDE_RUNNER, INSIDE_SCRATCH = Path("/grader"), Path("/submission")
+INSIDE_PACKAGE = Path("/course")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # often links into /usr
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/fonts")
 SANDBOX_UID = 1000

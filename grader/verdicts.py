@@ -72,8 +72,8 @@ def observation(reply: bytes) -> Observation:
     if type(fields) is not dict or set(fields) != set(vars(Observation())):
         raise Unreadable("a reply is not an observation")
     outputs, error, grads = fields["outputs"], fields["error"], fields["grads"]
-    if not (outputs is None or type(outputs) is tuple) or not (error is None or type(error) is str) \
-            or type(grads) is not dict \
+    if not (outputs is None or type(outputs) is tuple) \
+            or not (error is None or type(error) is str) or type(grads) is not dict \
             or any(type(x) is not list or any(type(s) is not str for s in x)
                    for x in (fields["shortcuts"], fields["modified_inputs"])):
         raise Unreadable("an observation has fields of the wrong types")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from grader import report as class_report
 from grader.feedback import feedback_html, write_feedback
 from grader.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
-from grader import report as class_report
 from grader.report import TEMPLATES, write_report
 from grader.results import ExerciseResult, Outcome, Result, not_graded
 

@@ -3,7 +3,6 @@
 import inspect
 import textwrap
 
-import nbformat
 import pytest
 
 from attention_course import attention

@@ -59,9 +59,9 @@ def test_the_notebook_imports_work_and_the_exercise_references_are_not_there(les
         assert not set(names) & set(importable.get(module, ())), (module, names)
     files = {path.relative_to(root).as_posix(): path.read_text()
              for path in root.rglob("*.py")}
-    assert sorted(files) == sorted(["attention_course/__init__.py", "attention_course/device.py",
-                                    "attention_course/viz.py", "attention_course/checks/__init__.py",
-                                    *(f"attention_course/checks/{n}" for n in package.STUDENT_SIDE)])
+    shared = [f"attention_course/{name}.py" for name in package.UTILITIES] + [
+        f"attention_course/checks/{name}" for name in ("__init__.py", *package.STUDENT_SIDE)]
+    assert sorted(files) == sorted(shared)
     for module, names in package.exercise_references(lessons.lesson(lesson)).items():
         text = modules.get(module, "")
         assert not [n for n in names if f"def {n}(" in text or f"class {n}(" in text]

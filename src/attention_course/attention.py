@@ -3,7 +3,6 @@
 Lesson: 02_scaled_dot_product (the masked version is completed in 03_masking)
 """
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -97,8 +96,7 @@ def check_key_value(key: Tensor, value: Tensor) -> None:
 
 
 def _check_batch_dims(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
-    try:
-        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"the batch dims of {name_a} {tuple(a.shape[:-2])} and {name_b} "
-                         f"{tuple(b.shape[:-2])} do not broadcast") from None
+    for n, m in zip(reversed(a.shape[:-2]), reversed(b.shape[:-2]), strict=False):  # broadcast
+        if n != m and 1 not in (n, m):
+            raise ValueError(f"the batch dims of {name_a} {tuple(a.shape[:-2])} and {name_b} "
+                             f"{tuple(b.shape[:-2])} do not broadcast")

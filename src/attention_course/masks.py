@@ -9,6 +9,8 @@ is True where a query MAY attend; a float mask is added to the scores (0 keeps a
 ``to_mha_mask`` converts.
 """
 
+import itertools
+
 import torch
 from torch import Tensor
 
@@ -49,6 +51,18 @@ def padding_mask(lengths, S: int) -> Tensor:
     return (positions < lengths[:, None])[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
 
 
+def broadcast_shape(*shapes) -> tuple[int, ...] | None:
+    """The shape that ``shapes`` broadcast to, or None if they do not (torch's rule, without
+    torch.broadcast_shapes, whose first call imports sympy)."""
+    result = []
+    for sizes in itertools.zip_longest(*(reversed(tuple(s)) for s in shapes), fillvalue=1):
+        wide = set(sizes) - {1}
+        if len(wide) > 1:
+            return None
+        result.append(wide.pop() if wide else 1)
+    return tuple(reversed(result))
+
+
 def check_mask(attn_mask: Tensor, scores_shape) -> None:
     """Raise a clear error unless ``attn_mask`` is a usable mask for scores of this shape."""
     if not isinstance(attn_mask, Tensor):
@@ -58,11 +72,7 @@ def check_mask(attn_mask: Tensor, scores_shape) -> None:
             f"attn_mask must be bool (True = may attend) or float (added to the scores), "
             f"got {attn_mask.dtype}. A 1/0 mask (Hugging Face style) converts with "
             f"from_hf_mask, or with mask.bool() if 1 means 'may attend'.")
-    try:
-        broadcast = torch.broadcast_shapes(attn_mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
+    if broadcast_shape(attn_mask.shape, scores_shape) != tuple(scores_shape):
         raise ValueError(
             f"attn_mask of shape {tuple(attn_mask.shape)} cannot broadcast to the scores of "
             f"shape {tuple(scores_shape)} (B, H, T, S). Use (T, S) for one mask for all, or "

@@ -475,7 +475,8 @@ def rewrite(frame, event, arg):
     if event == "return" and frame.f_code.co_name == "observe" and arg is not None:
         case = frame.f_locals["case"]
         if arg.error and len(case.args) == 1:
-            arg.outputs, arg.error = (torch.softmax(case.args[0], case.kwargs.get("dim", -1)),), None
+            dim = case.kwargs.get("dim", -1)
+            arg.outputs, arg.error = (torch.softmax(case.args[0], dim),), None
     return rewrite
 sys.settrace(rewrite)
 """
@@ -487,7 +488,8 @@ from attention_course.checks.shortcuts import Forbidden
 real_observe = observing.observe
 def keep_patching():
     while True:
-        observing.observe = lambda inputs, forbidden, *rest: real_observe(inputs, Forbidden(), *rest)
+        observing.observe = lambda inputs, forbidden, *rest: real_observe(inputs, Forbidden(),
+                                                                           *rest)
         time.sleep(0.01)
 threading.Thread(target=keep_patching, daemon=True).start()
 """
@@ -537,7 +539,9 @@ IN_PLACE_ANSWERS = {"softmax": "x -= x.amax(dim=dim, keepdim=True)\nx.exp_()\n"
 
 ANSWERS_ONLY_THE_GRADER = """
 import attention_course.checks.observing as observing, json
-observing.answer = lambda request, namespace: [b"garbage"] * len(observing.wire.loads(request)["cases"])
+def garbage(request, namespace):
+    return [b"garbage"] * len(observing.wire.loads(request)["cases"])
+observing.answer = garbage
 """
 
 INFLATES_RECORD = """
