@@ -178,7 +178,7 @@ def test_moodle_folders_and_flat_names(tmp_path, capsys):
     folders = zip_of(tmp_path / "folders.zip", {
         "Bob Smith_55_assignsubmission_file/02_scaled_dot_product.ipynb":
             (notebook(L02, "bob"), T1),
-        "Zoë Ñandú_56_assignsubmission_file/work/Copy of 02_scaled_dot_product.ipynb":
+        "Zoë Ñandú_56_assignsubmission_file/lesson two/Copy of 02_scaled_dot_product.ipynb":
             (notebook(L02, "zoë"), T1),
         "Ann Lee_57_assignsubmission_file/02_scaled_dot_product.ipynb": (notebook(L02, "old"), T1),
         "Ann Lee_57_assignsubmission_file/02_scaled_dot_product (1).ipynb":
@@ -193,7 +193,7 @@ def test_moodle_folders_and_flat_names(tmp_path, capsys):
     old = row(out, "Ann Lee_57_assignsubmission_file/02_scaled_dot_product.ipynb")
     assert cell(old, "superseded") and "newer" in old
     assert "written as 'zoe-nandu'" in row(
-        out, "Zoë Ñandú_56_assignsubmission_file/work/Copy of 02_scaled_dot_product.ipynb")
+        out, "Zoë Ñandú_56_assignsubmission_file/lesson two/Copy of 02_scaled_dot_product.ipynb")
     assert cell(row(out, "Ann Lee_57_assignsubmission_file/readme.txt"), "ignored")
     assert status == 0
     assert timestamp(workspace, "ann-lee", L02).endswith(" UTC")
