@@ -197,7 +197,7 @@ def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace:
     judged = {}
 
     def on_graded(grade_id: str, exchange: Exchange) -> None:
-        if grade_id != expected[len(judged)]:
+        if len(judged) == len(expected) or grade_id != expected[len(judged)]:
             raise RunnerDied(f"the kernel stopped at {grade_id[:60]!r}, not at the next graded "
                              f"cell")
 

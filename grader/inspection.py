@@ -73,9 +73,6 @@ def answer_tokens(notebook: nbformat.NotebookNode, lesson: Lesson) -> dict[str, 
             continue
         tree = _parse(cell.source)
         for node in ast.walk(tree) if tree is not None else ():
-            for child in ast.iter_child_nodes(node):
-                child.parent = node
-        for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.FunctionDef) and _answer_name(node) in wanted:
                 answers[_answer_name(node)] = " ".join(_tokens(node))
     return answers
@@ -88,17 +85,19 @@ def _answer_name(definition: ast.FunctionDef) -> str:
 
 
 def _parse(source: str) -> ast.Module | None:
+    """The cell's syntax tree, each node knowing its ``parent``; None if it does not parse."""
     try:
-        return ast.parse(TransformerManager().transform_cell(source))
-    except (SyntaxError, ValueError):
+        tree = ast.parse(TransformerManager().transform_cell(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the kernel reports it; there is nothing to read
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child.parent = node
+    return tree
 
 
 def _flags(tree: ast.Module, lesson: Lesson) -> list[str]:
     builtins = _exercise_builtins(lesson)
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            child.parent = node
     flags = []
     for node in ast.walk(tree):
         for name in _names(node):
@@ -209,9 +208,6 @@ def _solution_tokens(lesson: str) -> dict[str, list[str]]:
     found = {}
     for source in solution_sources(lesson).values():
         tree = _parse(source)
-        for node in ast.walk(tree) if tree is not None else ():
-            for child in ast.iter_child_nodes(node):
-                child.parent = node
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.FunctionDef):
                 found[_answer_name(node)] = _tokens(node)

@@ -357,7 +357,7 @@ def override_rows(results: list[Result], grades: Grades) -> list[tuple[str, str,
 # -- answers that look alike -----------------------------------------------------------------------
 
 SIMILAR = 0.95  # token similarity from which two answers count as near-identical
-SHORTEST_COMPARED = 12  # tokens: shorter answers look alike whenever they are right
+SHORTEST_COMPARED = 12  # tokens (as inspection's): shorter answers look alike whenever right
 FUZZY_UP_TO = 200  # submissions of a lesson compared pairwise; above, only identical answers
 
 

@@ -96,15 +96,19 @@ def test_the_student_side_sees_the_cases_only_when_asked():
 
 
 def test_a_default_dtype_changed_by_the_student_does_not_cost_points():
+    def positions(seq_len, d_model):  # a right answer, in the default dtype
+        j = torch.arange(d_model)
+        angles = torch.arange(seq_len)[:, None] / torch.pow(10000.0, (j - j % 2) / d_model)
+        return torch.where(j % 2 == 0, torch.sin(angles), torch.cos(angles))
+
+    cell = GradedCell("check_sinusoidal_positional_encoding", 2.0, (CheckCall(
+        "check_sinusoidal_positional_encoding", ("pe",), 0),), "")
     torch.set_default_dtype(torch.float64)
     try:
-        cell = GradedCell("check_sinusoidal_positional_encoding", 2.0, (CheckCall(
-            "check_sinusoidal_positional_encoding", ("pe",), 0),), "")
-        from attention_course.embeddings import sinusoidal_positional_encoding
-        result = judged({"pe": sinusoidal_positional_encoding}, cell)
+        result = judged({"pe": positions}, cell)
     finally:
         torch.set_default_dtype(torch.float32)
-    assert result.message.startswith("ok") or result.mistake == "shortcut", result.message
+    assert result.passed, result.message
 
 
 # ---------------------------------------------------------------- replies nobody honest sends
