@@ -22,7 +22,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from attention_course import lessons
 from attention_course.checks import CHECKS
 
-from .course import Lesson
+from .course import Lesson, nbgrader_metadata
 from .demo import solution_sources
 from .submissions import released_source
 
@@ -44,22 +44,28 @@ HOOKS = {  # dotted name (or its start) -> why it is flagged
         "input_transformers_cleanup", "input_transformers_post", "input_transformer_manager",
         "ast_transformers", "events", "showtraceback", "set_custom_exc", "custom_exceptions")},
 }
+MOST_FLAGS = 50
+SETTINGS = ("torch.backends.",)  # attributes meant to be set: no patch
 SIMILAR = 0.92  # token similarity above which an answer counts as the reference renamed
 CLOSER_TO_THE_REFERENCE = 0.05  # ... and by how much closer to it than to the usual answer
 SHORTEST_COMPARED = 12  # answers shorter than this many tokens look alike when right
 
 
 def inspect_submission(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[str]:
-    """Flags for a human, from the student's own cells of ``notebook``."""
+    """Flags for a human, from the student's own cells of ``notebook`` (the first
+    ``MOST_FLAGS`` different ones)."""
     released = released_source(lesson.name)
-    flags = []
+    flags: dict[str, None] = {}  # in order, once each
     for cell in notebook.cells:
         if cell.cell_type != "code" or cell.source in released:
             continue
         tree = _parse(cell.source)
-        if tree is not None:
-            flags += [flag for flag in _flags(tree, lesson) if flag not in flags]
-    return flags
+        answer = bool(nbgrader_metadata(cell).get("solution"))
+        for flag in _flags(tree, lesson, answer) if tree is not None else ():
+            flags[flag] = None
+            if len(flags) == MOST_FLAGS:
+                return [*flags, "... and more: the first flags are listed"]
+    return list(flags)
 
 
 def answer_tokens(notebook: nbformat.NotebookNode, lesson: Lesson) -> dict[str, str]:
@@ -96,8 +102,10 @@ def _parse(source: str) -> ast.Module | None:
     return tree
 
 
-def _flags(tree: ast.Module, lesson: Lesson) -> list[str]:
-    builtins = _exercise_builtins(lesson)
+def _flags(tree: ast.Module, lesson: Lesson, answer: bool) -> list[str]:
+    """Flags of one cell; ``answer``: it is a practice cell, where the exercise's built-ins
+    are flagged too (elsewhere a student may well compare with them)."""
+    builtins = _exercise_builtins(lesson) if answer else set()
     flags = []
     for node in ast.walk(tree):
         for name in _names(node):
@@ -151,7 +159,8 @@ def _patched(node: ast.AST) -> list[str]:
                  ([node.args[0].id] if isinstance(node.args[0], ast.Name) else [])]
     else:
         return []
-    return [name for name in names if name.split(".")[0] in PATCHABLE]
+    return [name for name in names if name.split(".")[0] in PATCHABLE
+            and not name.startswith(SETTINGS)]
 
 
 def _is_check_import(node: ast.AST) -> bool:

@@ -8,7 +8,7 @@ import pytest
 from attention_course import attention
 from grader.course import read_lesson
 from grader.demo import practice_names, student_notebook
-from grader.inspection import inspect_submission
+from grader.inspection import MOST_FLAGS, inspect_submission
 from tests.notebook_tools import lessons
 
 LESSON = "02_scaled_dot_product"
@@ -29,8 +29,6 @@ FAMILIES = {
     "the interpreter's module table": "import sys\nsys.modules['x'] = None",
     "library code patched": "import torch\ntorch.Tensor.clone = lambda self: self",
     "how the shell runs or reports cells": "get_ipython().input_transformers_cleanup.append(f)",
-    "the built-in an exercise": "import torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
-                                "    return F.softmax(x, dim)",
 }
 
 
@@ -60,3 +58,20 @@ def test_the_reference_with_its_names_changed_is_flagged():
     renamed = (body.replace("query", "q_in").replace("key", "k_in").replace("scale", "factor")
                .replace("Tensor", "object"))
     assert any("course's reference" in flag for flag in flags_of(renamed))
+
+
+def test_the_exercises_built_in_is_flagged_in_an_answer_not_in_a_scratch_cell():
+    answered = flags_of("", answers={"softmax": "return torch.softmax(x, dim)"})
+    assert any("the built-in an exercise" in flag for flag in answered), answered
+    assert flags_of("z = torch.randn(3, 4)\nprint(torch.softmax(z, -1))") == []
+
+
+def test_settings_meant_to_be_set_are_not_patches():
+    assert flags_of("import torch\ntorch.backends.cudnn.benchmark = True") == []
+
+
+def test_a_cell_too_deep_to_parse_and_a_flood_of_flags_cost_the_grader_little():
+    deep = "x = 1" + "+1" * 100_000
+    flood = "import gc\n" + "\n".join(f"gc.a{i}" for i in range(5000))
+    flags = flags_of(deep + "\n\n# next\n") + flags_of(flood)
+    assert len(flags) <= MOST_FLAGS + 1 and any("gc" in flag for flag in flags)

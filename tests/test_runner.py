@@ -55,6 +55,16 @@ def test_a_builtin_the_exercise_forbids_is_a_refused_shortcut():
     assert (result.passed, result.mistake) == (False, "shortcut")
 
 
+@pytest.mark.parametrize("route", ["methodcaller", "map"])
+def test_a_built_in_called_for_python_by_c_code_is_still_a_refused_shortcut(route):
+    import operator
+
+    calls = {"methodcaller": lambda x, dim=-1: operator.methodcaller("softmax", dim)(x),
+             "map": lambda x, dim=-1: next(map(getattr(torch, "soft" + "max"), [x], [dim]))}
+    result = judged({"softmax": calls[route]})
+    assert (result.passed, result.mistake) == (False, "shortcut"), result.message
+
+
 def test_a_forbidden_python_function_is_caught_by_its_name_where_only_names_travel():
     import copy
 

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,26 @@ def watch_calls(forbidden: Forbidden, called: list[str]):
     previous = sys.getprofile()
     sys.setprofile(profile)
     try:
-        yield called
+        with _TorchCalls(forbidden.builtin_names, called):
+            yield called
     finally:
         _restore_profiler(previous)
+
+
+class _TorchCalls(TorchFunctionMode):
+    """Every torch function a forbidden built-in's name calls, however it is reached: the
+    profile above sees no call that C code makes for Python (``map``, ``functools.partial``,
+    ``operator.methodcaller``), this does."""
+
+    def __init__(self, names: frozenset[str], called: list[str]):
+        super().__init__()
+        self.names, self.called = names, called
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", None)
+        if name in self.names:
+            self.called.append(f"torch's built-in {name}")
+        return func(*args, **(kwargs or {}))
 
 
 def _restore_profiler(previous) -> None:
