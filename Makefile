@@ -14,8 +14,8 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox lab \
-	working-copy exchange formgrader release collect grade feedback report demo adversarial test bench \
+.PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox postgresql \
+	lab working-copy exchange formgrader release collect grade feedback report demo adversarial test bench \
 	lint clean
 
 # --- Installing -------------------------------------------------------------------------------
@@ -118,6 +118,16 @@ sandbox:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap; } || \
 		echo "Could not install bubblewrap: grading will refuse to run student code."
+
+# The PostgreSQL gradebook's tests (tests/test_postgres.py) start a throwaway server of Debian's
+# postgresql package (tests/postgres.py). Installed once with apt-get; when that is impossible
+# those tests fail and say why. Only the test suite needs it: a course's own server is its own.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+		echo "Installing PostgreSQL for the gradebook's tests (apt-get)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; } || \
+		echo "Could not install postgresql: the PostgreSQL gradebook's tests will fail and say why."
 
 # Copy lessons that are not in the working copy yet; never overwrite the student's edits.
 working-copy:
@@ -226,7 +236,7 @@ adversarial: install sandbox
 # $(COLAB_VENV)). FAST=1 skips the browser and adversarial suites, for contributors; CI and the
 # README's command run everything.
 TEST_WORKERS ?= auto
-test: install colab-env chromium sandbox
+test: install colab-env chromium sandbox postgresql
 	@$(if $(FAST),echo "FAST=1: skipping the browser and adversarial suites (CI runs them)")
 	CHROMIUM=$(CHROMIUM) COLAB_PYTHON="$(abspath $(COLAB_VENV))/bin/python" OMP_NUM_THREADS=1 \
 		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
