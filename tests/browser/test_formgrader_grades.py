@@ -1,14 +1,16 @@
-"""The formgrader shows the grader's grades: `make formgrader` on the demo class (lessons 02 and
-03, graded by `python -m grader grade`) lists every submission as graded with its score, the
-flagged ones in Manual Grading, and the grader's verdicts in each submission; a score set in the
-formgrader is what grades.csv counts, and its Autograde button grades in the sandbox."""
+"""The instructor's side in the browser: `make formgrader` opens JupyterLab with nbgrader's
+formgrader, which finds the course configuration and lists every lesson; on the demo class
+(lessons 02 and 03, graded by `python -m grader grade`) it lists every submission as graded with
+its score, the flagged ones in Manual Grading, and the grader's verdicts in each submission; a
+score set in the formgrader is what grades.csv counts, and its Autograde button grades in the
+sandbox."""
 
 import csv
 
 import pytest
-from conftest import ROOT, TOKEN
+from conftest import TOKEN
 from lab_pages import hide_file_browser, open_menu_item
-from local_server import free_port
+from notebook_tools import lessons
 from playwright.sync_api import expect
 
 from grader import cli, gradebook
@@ -38,20 +40,27 @@ def demo_class(tmp_path_factory) -> Workspace:
 
 
 @pytest.fixture(scope="module")
-def lab(lab_servers, demo_class, tmp_path_factory):
+def lab(lab_servers, demo_class):
     """`make formgrader` for the demo class, with an exchange of its own."""
-    exchange = tmp_path_factory.mktemp("exchange")
-    port = free_port()
-    command = ["make", "--no-print-directory", "-C", str(ROOT), "formgrader", f"PORT={port}",
-               f"EXCHANGE={exchange}"]
-    return lab_servers.start(command, cwd=ROOT, port=port,
-                             env={"ATTENTION_COURSE_WORKSPACE": str(demo_class.root)})
+    return lab_servers.make_formgrader(demo_class.root)
 
 
 def formgrader_page(lab, page, path: str):
     """A formgrader page on its own, as the formgrader's frame in JupyterLab shows it."""
     page.goto(f"{lab.url}/formgrader/{path}?token={TOKEN}")
     return page
+
+
+def test_formgrader_lists_every_lesson(lab, page, screenshot):
+    page.goto(lab.link())
+    open_menu_item(page, "Nbgrader", "Formgrader")
+    formgrader = page.frame_locator(".jp-MainAreaWidget iframe")
+    listed = formgrader.locator("td.name a")
+    expect(listed).to_have_text(lessons(), timeout=30_000)
+    expect(formgrader.locator("body")).not_to_contain_text("not a subdirectory")
+    hide_file_browser(page)
+    listed.last.scroll_into_view_if_needed()
+    screenshot(page, "formgrader")
 
 
 def test_every_submission_is_graded_with_its_score(lab, demo_class, page, screenshot):

@@ -1,8 +1,10 @@
 """Every lesson under Colab's runtime: in the Colab-pinned environment (ipywidgets 7.7.1 and
 Colab's numpy, matplotlib, tqdm and IPython kernel, from tests/colab/constraints.txt), each
-solution notebook executes top to bottom, and its widgets are real ipywidgets 7 widgets: every
-``interact`` box holds its controls and the figure it drew, and a training progress bar is a
-widget too.
+released notebook, the one Colab opens, with the solutions written into its practice cells,
+executes top to bottom; every check prints ok; and its widgets are real ipywidgets 7 widgets:
+every ``interact`` box holds its controls and the figure it drew, and a training progress bar
+is a widget too. (The main suite runs the solution notebooks themselves under nbval, so each
+notebook is executed once per environment.)
 
 Not collected by the main suite, whose environment has ipywidgets 8 (where the browser tests
 check the same widgets on the page): `make test` builds that environment (.venv-colab), and
@@ -15,6 +17,7 @@ import importlib.metadata
 import json
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,7 +29,9 @@ from nbclient import NotebookClient
 from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[2]
-SOLUTIONS = ROOT / "solutions"
+sys.path.insert(0, str(ROOT / "tests"))
+from notebook_tools import NOTEBOOKS, SOLUTIONS, check_cells, practice_cells, read  # noqa: E402
+
 PINS = Path(__file__).with_name("constraints.txt")
 LESSONS = ids()
 WITH_PROGRESS_BARS = [lesson for lesson in LESSONS if re.search(
@@ -65,12 +70,21 @@ def installed(name: str) -> str | None:
         return None
 
 
+def answered(lesson: str) -> nbformat.NotebookNode:
+    """The released notebook with the solution notebook's answers in its practice cells."""
+    nb, solution = read(NOTEBOOKS, lesson), read(SOLUTIONS, lesson)
+    answers = practice_cells(solution)
+    for name, index in practice_cells(nb).items():
+        nb.cells[index].source = solution.cells[answers[name]].source
+    return nb
+
+
 def execute(lesson: str) -> nbformat.NotebookNode:
-    nb = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
+    nb = answered(lesson)
     nb.cells.append(nbformat.v4.new_code_cell(VERSIONS_CELL))
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             store_widget_state=True,
-                            resources={"metadata": {"path": str(SOLUTIONS / lesson)}})
+                            resources={"metadata": {"path": str(NOTEBOOKS / lesson)}})
     client.execute(env=KERNEL_ENV)
     return nb
 
@@ -112,6 +126,14 @@ def test_lesson_runs_in_a_kernel_of_this_environment(lesson, executed):
     printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
     kernel = json.loads(printed)
     assert kernel == {name: importlib.metadata.version(name) for name in kernel}
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_check_passes_with_the_solutions(lesson, executed):
+    nb = ran(executed, lesson)
+    for name, index in check_cells(nb).items():
+        printed = "".join(o.get("text", "") for o in nb.cells[index].outputs)
+        assert printed.startswith("ok: "), f"check_{name} printed {printed!r}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
