@@ -23,12 +23,17 @@ they win over the automatic points (nbgrader's ``Grade.score``) and survive grad
 manual score releases a held submission. When a submission with a manual score is graded from
 a changed notebook, it is marked for a human again.
 
-History: every result written to the gradebook is also kept, with the time and a digest of the
-submission folder it was graded from, as ``results/<student>/<lesson>.history/<UTC time>.json``
-(``{"recorded", "submission", "result"}``), so grading again never loses a result. The newest
-entry says what the gradebook holds: ``grade`` skips a submission whose newest entry was graded
-from the same files (``--again`` grades it anyway), so an interrupted batch resumes where it
-stopped.
+History: every result written to the gradebook is also kept, in the same transaction, in the
+course's own table of the gradebook's database (``database.RESULTS``), with the time and a
+digest of the submission folder it was graded from, so grading again never loses a result and
+any machine that reaches the gradebook rebuilds the results from it (``report``, ``feedback``,
+``history``). The newest entry says what the gradebook holds: ``grade`` skips a submission
+whose newest entry was graded from the same files (``--again`` grades it anyway), so an
+interrupted batch resumes where it stopped. results/ keeps each result's JSON as grading's
+output; nothing reads it back (except a result graded before the table existed).
+
+The gradebook is written one writer at a time (``database.lock``), so several graders, on
+several machines, can share one PostgreSQL gradebook.
 """
 
 import copy
@@ -47,8 +52,8 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
-from . import release
-from .course import COURSE_ID, RELEASE, Lesson, Workspace, nbgrader_metadata
+from . import database, release
+from .course import RELEASE, Lesson, Workspace, nbgrader_metadata
 from .lateness import Collected, CourseFile, Lateness, as_utc, lateness, read_timestamp
 from .results import ExerciseResult, Outcome, Result
 from .submissions import Submission, Ungradable, read_notebook, released_cells
@@ -60,20 +65,21 @@ EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
 def ensure_lessons(db_url: str, lessons: list[str]) -> None:
-    """Add every lesson (notebooks and graded cells) that the gradebook does not know yet."""
-    with Gradebook(db_url, course_id=COURSE_ID) as gradebook:
-        known = {a.name for a in gradebook.assignments if a.notebooks}
-    missing = [lesson for lesson in lessons if lesson not in known]
-    if missing:
-        with tempfile.TemporaryDirectory() as scratch:
-            for lesson in missing:
-                release.generate(lesson, Path(scratch), db_url)
+    """Add every lesson (notebooks and graded cells) that the gradebook does not know yet
+    (as its one writer: graders starting together add each lesson once)."""
+    with database.lock(db_url):
+        with database.gradebook(db_url) as gradebook:
+            known = {a.name for a in gradebook.assignments if a.notebooks}
+        missing = [lesson for lesson in lessons if lesson not in known]
+        if missing:
+            with tempfile.TemporaryDirectory() as scratch:
+                release.generate(missing, Path(scratch), db_url)
 
 
 def apply_course(db_url: str, course: CourseFile) -> None:
     """Write the course file's due dates (lessons the gradebook knows) and extensions
     (submissions it holds) into the gradebook."""
-    with Gradebook(db_url, course_id=COURSE_ID) as gradebook:
+    with database.lock(db_url), database.gradebook(db_url) as gradebook:
         for assignment in gradebook.assignments:
             due = course.due.get(assignment.name)
             if due is not None:
@@ -103,74 +109,79 @@ def digest(folder: Path) -> str:
     return sha.hexdigest()
 
 
-def history_dir(workspace: Workspace, student: str, lesson: str) -> Path:
+def legacy_history_dir(workspace: Workspace, student: str, lesson: str) -> Path:
+    """Where the history was kept before it moved into the gradebook's database."""
     return workspace.results / student / f"{lesson}.history"
 
 
 def history(workspace: Workspace, student: str, lesson: str) -> list[dict]:
     """Every result this submission had in the gradebook, oldest first: {"recorded" (UTC, ISO
-    8601), "submission" (digest of the folder it was graded from, or None), "result"}."""
-    entries = []
-    for path in sorted(history_dir(workspace, student, lesson).glob("*.json")):
+    8601), "submission" (digest of the folder it was graded from, or None), "result",
+    "lms_late"}."""
+    with database.gradebook(workspace.db_url) as gradebook:
+        return database.entries(gradebook, student, lesson)
+
+
+def _legacy_entries(workspace: Workspace, student: str, lesson: str) -> list[dict]:
+    """A result graded before the history was in the database: its history files, else its
+    result file (timed by the file), oldest first."""
+    found = []
+    for path in sorted(legacy_history_dir(workspace, student, lesson).glob("*.json")):
         try:
-            entries.append(json.loads(path.read_text(encoding="utf-8")))
+            found.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue
-    return entries
-
-
-def _keep(workspace: Workspace, student: str, lesson: str, entry: dict) -> None:
-    folder = history_dir(workspace, student, lesson)
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.fromisoformat(entry["recorded"]).strftime("%Y%m%dT%H%M%S%fZ")
-    path, n = folder / f"{stamp}.json", 1
-    while path.exists():
-        path, n = folder / f"{stamp}-{n}.json", n + 1
-    _atomic_write(path, json.dumps(entry, indent=1).encode())
+    path = workspace.result_file(student, lesson)
+    if not found and path.is_file():
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        recorded = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+        found.append({"recorded": recorded.isoformat(), "submission": None, "result": result})
+    return found
 
 
 def keep_earlier_results(workspace: Workspace, submissions: list[Submission]) -> None:
-    """Before grading: a result in the gradebook that has no history yet (graded before
-    history was kept) becomes its first entry, so grading again does not lose it. (A result
-    file an interrupted batch wrote but did not get into the gradebook is not one.)"""
-    in_gradebook = set(scores(workspace.db_url))
-    for submission in submissions:
-        path = workspace.result_file(submission.student, submission.lesson)
-        if path.is_file() and (submission.student, submission.lesson) in in_gradebook \
-                and not history(workspace, submission.student, submission.lesson):
-            try:
-                result = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+    """Before grading: a result in the gradebook that has no history in its database yet
+    (graded before the history was kept there) gets its history from the files results/ held,
+    so grading again does not lose it. (A result file an interrupted batch wrote but did not
+    get into the gradebook is not one.)"""
+    with database.lock(workspace.db_url), database.gradebook(workspace.db_url) as gradebook:
+        in_gradebook = set(_scores(gradebook))
+        known = database.newest(gradebook)
+        for submission in submissions:
+            key = (submission.student, submission.lesson)
+            if key not in in_gradebook or key in known:
                 continue
-            recorded = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
-            _keep(workspace, submission.student, submission.lesson,
-                  {"recorded": recorded.isoformat(), "submission": None, "result": result})
+            for entry in _legacy_entries(workspace, *key):
+                database.add_entry(gradebook, *key, entry, False, json.dumps(entry["result"]))
+        gradebook.db.commit()
 
 
 def recorded_results(workspace: Workspace, keys) -> list[Result]:
     """The result the gradebook holds for each (student, lesson) of ``keys``: the newest entry
-    of its history (else its result file, for one graded before history was kept)."""
+    of its history (else the local files of one graded before the history was kept)."""
+    keys = sorted(keys)
+    with database.gradebook(workspace.db_url) as gradebook:
+        newest = database.newest(gradebook, keys)
     results = []
-    for student, lesson in sorted(keys):
-        entries = history(workspace, student, lesson)
-        path = workspace.result_file(student, lesson)
+    for key in keys:
+        entries = [newest[key]] if key in newest else _legacy_entries(workspace, *key)
         try:
             if entries:
                 results.append(Result.from_dict(entries[-1]["result"]))
-            elif path.is_file():
-                results.append(Result.from_json(path.read_text(encoding="utf-8")))
-        except (KeyError, TypeError, ValueError, OSError):
+        except (KeyError, TypeError, ValueError):
             continue
     return results
 
 
-def is_recorded(workspace: Workspace, submission: Submission, in_gradebook: set) -> bool:
-    """True if the gradebook holds this submission graded from the files it has now."""
-    entries = history(workspace, submission.student, submission.lesson)
-    return (bool(entries) and entries[-1].get("submission") == digest(submission.folder)
-            and (submission.student, submission.lesson) in in_gradebook
-            and workspace.result_file(submission.student, submission.lesson).is_file()
-            and autograded_file(workspace, submission.student, submission.lesson).is_file())
+def is_recorded(submission: Submission, newest: dict, in_gradebook: set) -> bool:
+    """True if the gradebook holds this submission graded from the files it has now
+    (``newest``: database.newest's entries)."""
+    key = (submission.student, submission.lesson)
+    return (key in in_gradebook and key in newest
+            and newest[key]["submission"] == digest(submission.folder))
 
 
 def to_grade(workspace: Workspace, submissions: list[Submission],
@@ -178,8 +189,10 @@ def to_grade(workspace: Workspace, submissions: list[Submission],
     """(to grade, already graded from the same files), in the order given."""
     if again:
         return list(submissions), []
-    in_gradebook = set(scores(workspace.db_url))
-    done = [s for s in submissions if is_recorded(workspace, s, in_gradebook)]
+    keep_earlier_results(workspace, submissions)  # a workspace from before: into the database
+    with database.gradebook(workspace.db_url) as gradebook:
+        in_gradebook, newest = set(_scores(gradebook)), database.newest(gradebook)
+    done = [s for s in submissions if is_recorded(s, newest, in_gradebook)]
     return [s for s in submissions if s not in done], done
 
 
@@ -227,42 +240,49 @@ def record(workspace: Workspace, results: list[Result], lessons: dict[str, Lesso
 
 def record_one(workspace: Workspace, result: Result, lesson: Lesson, course: CourseFile,
                collected: Collected) -> None:
-    """Write one result: gradebook rows, autograded notebook, then its history entry."""
+    """Write one result: the autograded notebook, then, as the gradebook's one writer and in
+    one transaction, the gradebook's rows and the history entry; then the late penalty."""
     folder = workspace.submitted / result.student / result.lesson
     submitted = digest(folder) if folder.is_dir() else None
-    entries = history(workspace, result.student, result.lesson)
-    changed = bool(entries) and entries[-1].get("submission") != submitted
-    timestamp = read_timestamp(folder)
-    verdicts = {e.grade_id: e for e in result.exercises}
-    comments = solution_comments(result, lesson)
-    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook, \
+    key = (result.student, result.lesson)
+    write_autograded(workspace, result, lesson, folder)
+    entry = {"recorded": datetime.now(timezone.utc).isoformat(), "submission": submitted}
+    with database.lock(workspace.db_url), database.gradebook(workspace.db_url) as gradebook, \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission warns
-        gradebook.update_or_create_student(result.student)
-        submission = gradebook.update_or_create_submission(result.lesson, result.student)
-        submission.timestamp = _naive(timestamp) if timestamp else None
-        extension = course.extensions.get((result.student, result.lesson))
-        if extension is not None:
-            submission.extension = extension or None
-        for notebook in submission.notebooks:
-            for grade in notebook.grades:
-                verdict = verdicts.get(grade.name)
-                if verdict is None:
-                    continue
-                grade.auto_score = 0.0 if result.held else verdict.points
-                overridden = grade.manual_score is not None
-                grade.needs_manual_grade = (changed if overridden else result.needs_human)
-            for comment in notebook.comments:
-                comment.auto_comment = comments.get(comment.name)
-            if result.held:
-                notebook.flagged = True
+        earlier = database.entries(gradebook, *key)
+        changed = bool(earlier) and earlier[-1]["submission"] != submitted
+        submission = _write_grades(gradebook, result, lesson, course, changed,
+                                   read_timestamp(folder))
+        database.add_entry(gradebook, *key, entry, key in collected.late, result.to_json())
         gradebook.db.commit()
-        set_penalty(gradebook, submission, course,
-                    (result.student, result.lesson) in collected.late)
-    write_autograded(workspace, result, lesson, folder)
-    _keep(workspace, result.student, result.lesson,
-          {"recorded": datetime.now(timezone.utc).isoformat(), "submission": submitted,
-           "result": json.loads(result.to_json())})
+        set_penalty(gradebook, submission, course, key in collected.late)
+
+
+def _write_grades(gradebook: Gradebook, result: Result, lesson: Lesson, course: CourseFile,
+                  changed: bool, timestamp: datetime | None):
+    """The submission's rows as nbgrader autograde writes them (not committed); returns it."""
+    verdicts = {e.grade_id: e for e in result.exercises}
+    comments = solution_comments(result, lesson)
+    gradebook.update_or_create_student(result.student)
+    submission = gradebook.update_or_create_submission(result.lesson, result.student)
+    submission.timestamp = _naive(timestamp) if timestamp else None
+    extension = course.extensions.get((result.student, result.lesson))
+    if extension is not None:
+        submission.extension = extension or None
+    for notebook in submission.notebooks:
+        for grade in notebook.grades:
+            verdict = verdicts.get(grade.name)
+            if verdict is None:
+                continue
+            grade.auto_score = 0.0 if result.held else verdict.points
+            overridden = grade.manual_score is not None
+            grade.needs_manual_grade = (changed if overridden else result.needs_human)
+        for comment in notebook.comments:
+            comment.auto_comment = comments.get(comment.name)
+        if result.held:
+            notebook.flagged = True
+    return submission
 
 
 def set_penalty(gradebook: Gradebook, submission, course: CourseFile, marker: bool,
@@ -444,7 +464,8 @@ def standings(workspace: Workspace, course: CourseFile | None = None,
     course = course or CourseFile()
     collected = collected or Collected.read(workspace)
     found = {}
-    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
+    with database.gradebook(workspace.db_url) as gradebook:
+        marked = late_marked(gradebook, collected)
         for assignment in gradebook.assignments:
             for submission in assignment.submissions:
                 key = (submission.student.id, assignment.name)
@@ -452,7 +473,7 @@ def standings(workspace: Workspace, course: CourseFile | None = None,
                                            float(g.score), float(g.max_score))
                          for nb in submission.notebooks for g in nb.grades}
                 late = lateness(assignment.duedate, submission.extension, submission.timestamp,
-                                key in collected.late, course.late)
+                                key in marked, course.late)
                 score, most = float(submission.score), float(submission.max_score)
                 found[key] = Standing(key[0], key[1], score, most, cells,
                                       bool(submission.needs_manual_grade), late,
@@ -460,31 +481,40 @@ def standings(workspace: Workspace, course: CourseFile | None = None,
     return found
 
 
+def late_marked(gradebook: Gradebook, collected: Collected) -> set[tuple[str, str]]:
+    """(student, lesson) the LMS marked late without a time: as collect's manifest says here,
+    and as it said where each submission was graded (kept in the gradebook)."""
+    return set(collected.late) | database.late_markers(gradebook)
+
+
 def refresh(workspace: Workspace, course: CourseFile) -> None:
     """Bring the gradebook up to date with the course file (due dates, extensions) and the
     scores as they stand (human scores included): every late penalty is computed again."""
     apply_course(workspace.db_url, course)
-    collected = Collected.read(workspace)
-    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
+    with database.lock(workspace.db_url), database.gradebook(workspace.db_url) as gradebook:
+        marked = late_marked(gradebook, Collected.read(workspace))
         for assignment in gradebook.assignments:
             for submission in assignment.submissions:
                 set_penalty(gradebook, submission, course,
-                            (submission.student.id, assignment.name) in collected.late,
-                            commit=False)
+                            (submission.student.id, assignment.name) in marked, commit=False)
         gradebook.db.commit()
 
 
 def scores(db_url: str) -> dict[tuple[str, str], dict[str, float]]:
     """(student, lesson) -> {grade_id: points} as the gradebook holds them."""
-    with Gradebook(db_url, course_id=COURSE_ID) as gradebook:
-        return {(s.student.id, s.assignment.name):
-                {g.name: g.score for nb in s.notebooks for g in nb.grades}
-                for a in gradebook.assignments for s in a.submissions}
+    with database.gradebook(db_url) as gradebook:
+        return _scores(gradebook)
+
+
+def _scores(gradebook: Gradebook) -> dict[tuple[str, str], dict[str, float]]:
+    return {(s.student.id, s.assignment.name):
+            {g.name: g.score for nb in s.notebooks for g in nb.grades}
+            for a in gradebook.assignments for s in a.submissions}
 
 
 def overrides(db_url: str) -> list[tuple[str, str, str, float | None, float | None]]:
     """(student, lesson, grade_id, manual_score, extra_credit) of every cell a human graded."""
-    with Gradebook(db_url, course_id=COURSE_ID) as gradebook:
+    with database.gradebook(db_url) as gradebook:
         return sorted((s.student.id, a.name, g.name, g.manual_score, g.extra_credit)
                       for a in gradebook.assignments for s in a.submissions
                       for nb in s.notebooks for g in nb.grades
@@ -494,7 +524,7 @@ def overrides(db_url: str) -> list[tuple[str, str, str, float | None, float | No
 def grade_cell_ids(workspace: Workspace, student: str, lesson: str) -> dict[str, str]:
     """{grade_id: the gradebook's id of that grade} of one submission (the formgrader's
     /formgrader/api/grade/<id>)."""
-    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
+    with database.gradebook(workspace.db_url) as gradebook:
         submission = gradebook.find_submission(lesson, student)
         return {g.name: g.id for nb in submission.notebooks for g in nb.grades}
 
@@ -502,14 +532,14 @@ def grade_cell_ids(workspace: Workspace, student: str, lesson: str) -> dict[str,
 def submission_notebook_id(workspace: Workspace, student: str, lesson: str) -> str:
     """The gradebook's id of a submission's notebook (the formgrader's
     /formgrader/submissions/<id>/, where it is graded by hand)."""
-    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
+    with database.gradebook(workspace.db_url) as gradebook:
         return gradebook.find_submission_notebook(lesson, lesson, student).id
 
 
 def set_manual_score(workspace: Workspace, student: str, lesson: str, grade_id: str,
                      manual_score: float | None, extra_credit: float | None = None) -> None:
     """What the formgrader does when a human grades a cell (nbgrader's GradeHandler.put)."""
-    with Gradebook(workspace.db_url, course_id=COURSE_ID) as gradebook:
+    with database.gradebook(workspace.db_url) as gradebook:
         try:
             grade = gradebook.find_grade(grade_id, lesson, lesson, student)
         except MissingEntry:

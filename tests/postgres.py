@@ -12,8 +12,8 @@ then the server, listening only on a Unix socket in that folder (no TCP port), w
 superuser ``postgres`` and trust authentication, and durability off (fsync) since nothing in it
 outlives the test. PostgreSQL refuses to run as root: as root, the folder belongs to the
 ``postgres`` user (``nobody`` where there is none) and the server runs as that user. On leaving
-the ``with`` block, failed test or not, the server is stopped (fast shutdown: clients are
-disconnected) and the folder removed.
+the ``with`` block, failed test or not, the server is stopped (immediate shutdown: clients are
+disconnected, nothing is saved) and the folder removed.
 
 ``Server.url`` is the URL of the server's ``postgres`` database; ``Server.create_database()``
 creates a new database and returns its URL. The URLs are plain ``postgresql://`` ones, as an
@@ -127,7 +127,7 @@ def _wait_until_ready(process: subprocess.Popen, socket_dir: Path, log: Path,
 
 def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
-        process.send_signal(signal.SIGINT)  # fast shutdown
+        process.send_signal(signal.SIGQUIT)  # immediate shutdown: nothing in it is kept
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
