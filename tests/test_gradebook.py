@@ -25,6 +25,7 @@ from nbgrader.utils import parse_utc
 from grader import cli, gradebook
 from grader.course import COURSE_ID, ROOT, Workspace
 from grader.demo import MISTAKES, practice_names, student_notebook
+from grader.submissions import find_submissions
 
 pytestmark = pytest.mark.slow
 LESSON = "02_scaled_dot_product"
@@ -206,6 +207,25 @@ def test_grading_again_skips_what_is_graded_unless_the_files_changed_or_again(gr
     assert "4 submission(s) already in the gradebook" in capsys.readouterr().out
     assert rows(graded) == before
     assert all(len(gradebook.history(graded, s, LESSON)) == 1 for s in CLASS)
+
+
+def test_a_workspace_from_before_the_history_moved_into_the_database_keeps_it(graded, tmp_path):
+    """Its history files in results/ become the database's history the next time it is
+    graded; a submission graded from the same files is still skipped."""
+    workspace = Workspace(tmp_path / "course")
+    shutil.copytree(graded.root, workspace.root)
+    with sqlite3.connect(workspace.root / "gradebook.db") as db:
+        db.execute("DELETE FROM attention_course_results")  # as before it existed
+    ann = gradebook.history(graded, "ann", LESSON)[-1]
+    legacy = gradebook.legacy_history_dir(workspace, "ann", LESSON)
+    legacy.mkdir()
+    (legacy / "20250301T100000000000Z.json").write_text(json.dumps(
+        {"recorded": ann["recorded"], "submission": ann["submission"], "result": ann["result"]}))
+    submissions = find_submissions(workspace.submitted, [LESSON])
+    pending, done = gradebook.to_grade(workspace, submissions, again=False)
+    assert [s.student for s in done] == ["ann"]  # bob, fay, zed: no digest kept, graded again
+    assert [e["result"] for e in gradebook.history(workspace, "ann", LESSON)] == [ann["result"]]
+    assert [e["submission"] for e in gradebook.history(workspace, "bob", LESSON)] == [None]
 
 
 def test_a_human_score_wins_survives_grading_again_and_is_in_the_csv(graded, capsys):
