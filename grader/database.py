@@ -163,15 +163,21 @@ def entries(book: Gradebook, student: str, lesson: str) -> list[dict]:
 def newest(book: Gradebook, keys: Iterable[tuple[str, str]] | None = None
            ) -> dict[tuple[str, str], dict]:
     """(student, lesson) -> its newest entry, for ``keys`` (default: every submission)."""
-    latest = select(func.max(RESULTS.c.id)).group_by(RESULTS.c.student, RESULTS.c.lesson)
-    rows = book.db.execute(select(RESULTS).where(RESULTS.c.id.in_(latest.scalar_subquery())))
+    rows = book.db.execute(select(RESULTS).where(RESULTS.c.id.in_(_newest_ids())))
     found = {(row.student, row.lesson): _entry(row) for row in rows}
     return found if keys is None else {key: found[key] for key in keys if key in found}
 
 
 def late_markers(book: Gradebook) -> set[tuple[str, str]]:
     """(student, lesson) whose newest entry carries the LMS's LATE marker."""
-    return {key for key, entry in newest(book).items() if entry["lms_late"]}
+    rows = book.db.execute(select(RESULTS.c.student, RESULTS.c.lesson)
+                           .where(RESULTS.c.id.in_(_newest_ids()), RESULTS.c.lms_late))
+    return {(row.student, row.lesson) for row in rows}
+
+
+def _newest_ids():
+    return select(func.max(RESULTS.c.id)).group_by(RESULTS.c.student,
+                                                   RESULTS.c.lesson).scalar_subquery()
 
 
 def _entry(row) -> dict:
