@@ -7,6 +7,7 @@ Run: .venv/bin/python benchmarks/notebooks.py [--repeats N]
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import nbformat
 from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[1]
+ONE_TORCH_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}  # as `make test` runs every kernel
 
 
 def nbval_seconds(notebook: Path, repeats: int) -> float:
@@ -28,7 +30,7 @@ def nbval_seconds(notebook: Path, repeats: int) -> float:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "--nbval-lax", "--nbval-current-env", str(notebook)],
-                       cwd=ROOT, check=True, capture_output=True)
+                       cwd=ROOT, check=True, capture_output=True, env=ONE_TORCH_THREAD)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
