@@ -519,7 +519,10 @@ def main(argv: list[str] | None = None) -> None:
     setup = prepare(options.scratch, options.package_root, options.own_pid_namespace)
     reset_scratch(setup.scratch)
     print(json.dumps({"ready": "attention_course"}), flush=True)
-    serve(setup, Inbox(sys.stdin.fileno()), sys.stdout.buffer)
+    try:
+        serve(setup, Inbox(sys.stdin.fileno()), sys.stdout.buffer)
+    except BrokenPipeError:  # the grader stopped listening: it has stopped this runner
+        os._exit(0)
 
 
 if __name__ == "__main__":
