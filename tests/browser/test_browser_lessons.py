@@ -56,7 +56,7 @@ def test_student_notebook_renders(lesson, open_lesson, screenshot):
     expect(code.first).to_contain_text('USE_GPU = True  # @param {type:"boolean"}')
 
     # A student's JupyterLab has none of the instructor's nbgrader tools, installed or not
-    # (test_browser_formgrader finds its menu in `make formgrader`).
+    # (test_formgrader_grades finds its menu in `make formgrader`).
     menu = notebook.page.get_by_role("menuitem", name="Run", exact=True)
     expect(menu).to_be_visible()  # the menu bar is there, and in it
     expect(notebook.page.get_by_role("menuitem", name="Nbgrader", exact=True)).to_have_count(0)
