@@ -1,8 +1,9 @@
 """`make bench`: every performance figure of the course, measured side by side in one run.
 
 Sections (each a module of this folder): lesson notebooks against the kernel-start floor, the
-copy task's steps and seconds to 99% over seeds, grading throughput against stock nbgrader, the
-attention cost curve, the time of every check, lesson 06's length experiment over seeds, and
+copy task's steps and seconds to 99% over seeds, grading throughput against stock nbgrader,
+grading through a local Dask cluster (and into PostgreSQL) against grading here, the attention
+cost curve, the time of every check, lesson 06's length experiment over seeds, and
 lesson 07's decoding with and without a cache and tiled attention's memory at T = 2048 and 4096.
 Writes results.json, attention_cost.png and rope_lengths.png to --out (default: this folder)
 and prints a summary. --quick runs a small version of each
@@ -27,6 +28,7 @@ sys.path.insert(0, str(HERE))
 import attention_cost  # noqa: E402
 import checks  # noqa: E402
 import copy_task  # noqa: E402
+import dask_grading  # noqa: E402
 import grading  # noqa: E402
 import inference_and_scale  # noqa: E402
 import rope_lengths  # noqa: E402
@@ -50,6 +52,9 @@ def sections(quick: bool) -> dict:
         "copy_task": lambda: copy_task.measure(seeds=1 if quick else 5, device=device),
         "grading": lambda: grading.measure(students=[12] if quick else [11, 12, 13, 14],
                                            lessons=["01_embeddings"] if quick else None),
+        "cluster": lambda: dask_grading.measure(
+            students=[12] if quick else list(range(10, 22)),
+            lessons=["01_embeddings"] if quick else None, rounds=1 if quick else 3),
         "attention_cost": lambda: attention_cost.measure(quick),
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
@@ -74,6 +79,7 @@ def report(results: dict) -> None:
           f"x{grading_run['sandbox_cost']:.2f}) against {rate['stock']:.1f} for stock nbgrader "
           f"autograde (x{grading_run['ratio']:.1f}); identical points: "
           f"{grading_run['identical_points']}")
+    print(dask_grading.report(results["cluster"]))
     cost = {(r["implementation"], r["T"]): r for r in results["attention_cost"]}
     longest = max(T for _, T in cost)
     for ours, theirs in (("course attention", "torch sdpa"), ("course MHA", "torch MHA")):

@@ -39,7 +39,7 @@ from . import package, sandbox
 from .course import Lesson, Workspace
 from .inspection import answer_tokens, inspect_submission
 from .results import Outcome, Result, not_graded
-from .submissions import Submission, Ungradable, plan, read_notebook
+from .submissions import Submission, Ungradable, notebook_bytes, parse_notebook, plan
 from .verdicts import MAX_RECORD_BYTES, Exchange, ExchangeFailed, Unreadable, judge_cell
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -183,15 +183,51 @@ class Runner:
             self.process = None
 
 
+@dataclass(frozen=True)
+class Handin:
+    """All that grading needs of a submission, so it can travel to another machine: who, which
+    lesson, and the notebook's bytes (None when there is no notebook: ``missing`` says why)."""
+
+    student: str
+    lesson: str
+    notebook: bytes | None
+    missing: str = ""
+
+    @classmethod
+    def read(cls, submission: Submission) -> "Handin":
+        try:
+            return cls(submission.student, submission.lesson, notebook_bytes(submission))
+        except Ungradable as err:
+            return cls(submission.student, submission.lesson, None, str(err))
+
+
+@dataclass(frozen=True)
+class Graded:
+    """A submission's result, and the kernel's printed output (kept beside the result)."""
+
+    result: Result
+    output: bytes | None = None
+
+
 def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace: Workspace,
               judging: threading.Lock) -> Result:
     """Grade one submission; always returns its result, never raises for the student's sake."""
+    graded = grade_handin(Handin.read(submission), lesson, runner, judging)
+    keep_output(graded.output, workspace.result_file(submission.student, submission.lesson))
+    return graded.result
+
+
+def grade_handin(submission: Handin, lesson: Lesson, runner: Runner,
+                 judging: threading.Lock) -> Graded:
+    """Grade one submission from its bytes (``grade_one`` without the workspace)."""
     started = time.monotonic()
     try:
-        notebook = read_notebook(submission)
+        if submission.notebook is None:
+            raise Ungradable(submission.missing)
+        notebook = parse_notebook(submission.notebook, f"{submission.lesson}.ipynb")
         steps = plan(notebook, lesson)
     except Ungradable as err:
-        return failed(submission, lesson, Outcome.UNGRADABLE, str(err))
+        return Graded(failed(submission, lesson, Outcome.UNGRADABLE, str(err)))
     expected = [step["grade_id"] for step in steps if step["kind"] == "graded"]
     cells = {cell.grade_id: cell for cell in lesson.cells}
     judged = {}
@@ -216,30 +252,49 @@ def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace:
         answer, files = runner.run(job, on_graded)
     except Unreadable as err:
         runner.stop()
-        return failed(submission, lesson, Outcome.UNGRADABLE, f"ungradable record: {err}",
-                      time.monotonic() - started)
-    _keep_output(files.get("output.txt"),
-                 workspace.result_file(submission.student, submission.lesson))
+        return Graded(failed(submission, lesson, Outcome.UNGRADABLE, f"ungradable record: {err}",
+                             time.monotonic() - started))
+    output = files.get("output.txt")
     if answer["status"] != "finished":
-        return failed(submission, lesson, Outcome(answer["status"]), answer["reason"],
-                      time.monotonic() - started)
-    return Result(submission.student, submission.lesson, Outcome.GRADED, "",
-                  tuple(judged[cell.grade_id] for cell in lesson.cells), lesson.max_score,
-                  tuple(inspect_submission(notebook, lesson)),
-                  round(time.monotonic() - started, 2), answer_tokens(notebook, lesson))
+        return Graded(failed(submission, lesson, Outcome(answer["status"]), answer["reason"],
+                             time.monotonic() - started), output)
+    return Graded(Result(submission.student, submission.lesson, Outcome.GRADED, "",
+                         tuple(judged[cell.grade_id] for cell in lesson.cells), lesson.max_score,
+                         tuple(inspect_submission(notebook, lesson)),
+                         round(time.monotonic() - started, 2), answer_tokens(notebook, lesson)),
+                  output)
 
 
-def failed(submission: Submission, lesson: Lesson, outcome: Outcome, reason: str,
+def grade_safely(submission: Handin, lesson: Lesson, runner: Runner,
+                 judging: threading.Lock) -> Graded:
+    """``grade_handin``, where a bug of the grader's own costs only this submission."""
+    try:
+        return grade_handin(submission, lesson, runner, judging)
+    except Exception as err:  # a grader bug must not cost the rest of the class
+        runner.stop()
+        return Graded(failed(submission, lesson, Outcome.CRASHED,
+                             f"internal grader error ({type(err).__name__}: {err})"))
+
+
+def failed(submission: Submission | Handin, lesson: Lesson, outcome: Outcome, reason: str,
            seconds: float = 0.0) -> Result:
     """The result of a submission that could not be graded: 0 points, and why."""
     return not_graded(submission.student, submission.lesson, lesson.points, outcome, reason,
                       seconds)
 
 
-def _keep_output(output: bytes | None, result_file: Path) -> None:
+def keep_output(output: bytes | None, result_file: Path) -> None:
+    """Keep the kernel's printed output beside the result, as ``<lesson>.output.txt``."""
     if output is not None:
         result_file.parent.mkdir(parents=True, exist_ok=True)
         result_file.with_suffix(".output.txt").write_bytes(output)
+
+
+def keep(graded: Graded, workspace: Workspace) -> None:
+    """Write a result and the kernel's output to the workspace's results/."""
+    result = graded.result
+    keep_output(graded.output, workspace.result_file(result.student, result.lesson))
+    save_result(result, workspace)
 
 
 def save_result(result: Result, workspace: Workspace) -> None:
@@ -270,19 +325,15 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
             return None
         runner = runners.get()
         try:
-            result = grade_one(submission, lessons[submission.lesson], runner, workspace,
-                               judging)
-        except Exception as err:  # a grader bug must not cost the rest of the class
-            runner.stop()
-            result = failed(submission, lessons[submission.lesson], Outcome.CRASHED,
-                            f"internal grader error ({type(err).__name__}: {err})")
+            graded = grade_safely(Handin.read(submission), lessons[submission.lesson], runner,
+                                  judging)
         finally:
             runners.put(runner)
         if interrupted.is_set():  # its runner was stopped under it: that is no grade
             return None
-        save_result(result, workspace)
-        on_result(result)
-        return result
+        keep(graded, workspace)
+        on_result(graded.result)
+        return graded.result
 
     pool = ThreadPoolExecutor(workers)
     try:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import collect, gradebook, lateness, release
+from . import collect, database, gradebook, lateness, release
 from .batch import Limits, grade_batch
 from .course import ROOT, GradedCellError, Workspace, lesson_names, read_lesson
 from .feedback import write_feedback
 from .report import write_canvas_csv, write_report
 from .results import Outcome, Result
 from .sandbox import SandboxUnavailable
-from .submissions import find_submissions
+from .submissions import Submission, find_submissions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +75,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--student", action="append", help="only this student (repeatable)")
     sub.add_argument("--again", action="store_true", help="grade submissions already graded "
                      "from the same files too (the earlier results stay in the history)")
+    sub.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster: its "
+                     "scheduler's address (tcp://host:8786) or scheduler file; each worker grades "
+                     "as many submissions at once as it has threads (--workers is not used), "
+                     "and this machine writes the gradebook")
     add_grading_options(sub)
     sub = command("history", run_history, "every result a student's lesson had in the "
                   "gradebook, oldest first, and the scores a human set")
@@ -169,8 +173,8 @@ def run_grade(args, workspace: Workspace) -> None:
                 recorder(result)  # in the gradebook before the next one is graded
                 bar.update()
 
-            results = grade_batch(pending, lessons, workspace, args.workers, limits,
-                                  args.sandboxed, on_result=on_result)
+            results, not_graded = grade_pending(pending, lessons, workspace, args, limits,
+                                                on_result)
     except SandboxUnavailable as err:
         raise SystemExit(f"Not grading: student code runs only in a sandbox, and {err}.\n"
                          f"Nothing was run. To grade without a sandbox anyway, with your rights "
@@ -182,6 +186,31 @@ def run_grade(args, workspace: Workspace) -> None:
               file=sys.stderr)
         raise SystemExit(130) from None
     print(summary(results, time.monotonic() - started))
+    if not_graded:
+        print(f"{len(not_graded)} submission(s) not graded and not recorded (grade again to go "
+              f"on with them):\n  " + "\n  ".join(not_graded), file=sys.stderr)
+        raise SystemExit(1)
+
+
+def grade_pending(pending: list[Submission], lessons: dict, workspace: Workspace, args,
+                  limits: Limits, on_result) -> tuple[list[Result], list[str]]:
+    """Grade here (threads over warm runners) or, with --scheduler, on a Dask cluster: the
+    results, and why each submission that was not graded was not."""
+    if not getattr(args, "scheduler", None):
+        return grade_batch(pending, lessons, workspace, args.workers, limits, args.sandboxed,
+                           on_result=on_result), []
+    try:
+        from .cluster import ClusterError, NotAllGraded, grade_on_cluster
+    except ImportError as err:
+        raise SystemExit(f"Not grading: --scheduler needs Dask ({err}); install the course "
+                         f"with its cluster extra: pip install -e '.[cluster]'") from None
+    try:
+        return grade_on_cluster(pending, lessons, workspace, args.scheduler, limits,
+                                args.sandboxed, on_result), []
+    except ClusterError as err:
+        raise SystemExit(f"Not grading: {err}. Nothing was graded.") from None
+    except NotAllGraded as err:
+        return err.results, err.reasons
 
 
 def summary(results: list[Result], seconds: float) -> str:
@@ -202,7 +231,8 @@ def summary(results: list[Result], seconds: float) -> str:
 
 
 def load_results(workspace: Workspace) -> list[Result]:
-    return [Result.from_json(p.read_text()) for p in sorted(workspace.results.glob("*/*.json"))]
+    """Every result the gradebook holds, by student and lesson."""
+    return gradebook.recorded_results(workspace, gradebook.scores(workspace.db_url))
 
 
 def course_points() -> dict[str, list[tuple[str, float]]]:
@@ -221,8 +251,8 @@ def graded(workspace: Workspace) -> tuple[list[Result], dict]:
     """The results the gradebook holds and the gradebook's standings, brought up to date with
     the course file (due dates, extensions, late penalties on the scores as they stand)."""
     course = lateness.course_policy(workspace)
-    if not workspace.root.is_dir():
-        return [], {}
+    if not workspace.root.is_dir() and not database.is_postgres(workspace.db_url):
+        return [], {}  # no workspace, so no SQLite gradebook in it
     gradebook.refresh(workspace, course)
     standings = gradebook.standings(workspace, course)
     return gradebook.recorded_results(workspace, standings), standings
@@ -231,7 +261,8 @@ def graded(workspace: Workspace) -> tuple[list[Result], dict]:
 def run_history(args, workspace: Workspace) -> None:
     entries = gradebook.history(workspace, args.student, args.lesson)
     if not entries:
-        raise SystemExit(f"no history for {args.student}, {args.lesson} in {workspace.results}")
+        raise SystemExit(f"no history for {args.student}, {args.lesson} in the gradebook "
+                         f"{database.shown(workspace.db_url)}")
     for entry in entries:
         result = Result.from_dict(entry["result"])
         files = (entry.get("submission") or "unknown")[:12]

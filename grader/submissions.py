@@ -49,6 +49,11 @@ def find_submissions(submitted: Path, lessons: list[str],
 
 def read_notebook(submission: Submission) -> nbformat.NotebookNode:
     """The submitted notebook, or Ungradable saying what is wrong with the file."""
+    return parse_notebook(notebook_bytes(submission), submission.notebook.name)
+
+
+def notebook_bytes(submission: Submission) -> bytes:
+    """The submitted notebook's file as it is, or Ungradable if it is missing or renamed."""
     path = submission.notebook
     if not path.is_file():
         others = sorted(p.name for p in submission.folder.glob("*.ipynb"))
@@ -56,7 +61,12 @@ def read_notebook(submission: Submission) -> nbformat.NotebookNode:
             raise Ungradable(f"renamed notebook: found {', '.join(others)}, expected "
                              f"{path.name}")
         raise Ungradable(f"no notebook: {path.name} is missing from the submission")
-    raw = path.read_bytes()
+    return path.read_bytes()
+
+
+def parse_notebook(raw: bytes, name: str) -> nbformat.NotebookNode:
+    """The notebook in ``raw`` (the file ``name``), or Ungradable saying what is wrong."""
+    path = Path(name)
     if not raw.strip():
         raise Ungradable(f"{path.name} is empty")
     try:

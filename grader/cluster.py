@@ -1,0 +1,216 @@
+"""Grading on a Dask cluster: the same grading as ``batch``, one Dask task per submission.
+
+    python -m grader grade --scheduler tcp://host:8786
+
+Each worker keeps warm sandboxed runners (``Runners``, a Dask worker plugin: one runner per task
+the worker runs at once, started on first use and stopped when the worker closes). A task
+carries all a worker needs (``batch.Handin``: the notebook's bytes; the ``Lesson``: its graded
+cells and points) and returns the ``batch.Graded`` result; the checks run in the worker's own
+process, the trusted side, as they run in the grader's process locally. Workers see none of the
+client's files: the client alone writes results/ and the gradebook, as results arrive.
+
+A worker that dies (killed, out of memory, its machine gone) takes its current submission with
+it; the scheduler runs that task again on another worker (``distributed.scheduler.allowed-
+failures``, 3 by default, is how many deaths one task may cause before Dask gives up on it). A
+student's code that kills its kernel or its runner kills a sandboxed child of the worker, not
+the worker: that is the student's "crashed" outcome, as locally. A submission that was never
+graded (Dask gave up on it, a worker could not grade) is not recorded: grading again resumes.
+"""
+
+import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from distributed import Client, WorkerPlugin, as_completed, get_worker
+
+from . import sandbox
+from .batch import Graded, Handin, Limits, Runner, grade_safely, keep
+from .course import ROOT, Lesson, Workspace
+from .results import Result
+from .submissions import Submission
+
+PLUGIN = "attention-course-runners"
+# what grading on a worker depends on: it must be the client's, byte for byte
+COURSE_FILES = ("grader/*.py", "src/attention_course/**/*.py", "notebooks/*/*.ipynb")
+
+
+class ClusterError(Exception):
+    """The cluster cannot grade (unreachable, or its workers cannot); the message says why."""
+
+
+class NotAllGraded(Exception):
+    """Some submissions were not graded, and not recorded: grading again goes on with them."""
+
+    def __init__(self, results: list[Result], reasons: list[str]):
+        super().__init__(f"{len(reasons)} submission(s) not graded")
+        self.results, self.reasons = results, reasons
+
+
+def course_fingerprint() -> str:
+    """A digest of the grader, the course package and the released notebooks."""
+    digest = hashlib.sha256()
+    for pattern in COURSE_FILES:
+        for path in sorted(ROOT.glob(pattern)):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class Runners(WorkerPlugin):
+    """A worker's warm sandboxed runners, one per task it runs at once."""
+
+    def __init__(self, limits: Limits, sandboxed: bool, fingerprint: str):
+        self.limits, self.sandboxed, self.fingerprint = limits, sandboxed, fingerprint
+
+    @property
+    def settings(self) -> tuple:
+        return self.limits, self.sandboxed, self.fingerprint
+
+    def setup(self, worker) -> None:
+        self.scratch = Path(worker.local_directory) / "grading"
+        self.idle: queue.SimpleQueue[Runner] = queue.SimpleQueue()
+        self.started: list[Runner] = []
+        self.judging, self.lock = threading.Lock(), threading.Lock()
+        self.unfit = self.why_unfit()
+
+    def why_unfit(self) -> str | None:
+        """Why this worker must not grade (another version of the course, no sandbox), or None."""
+        mine = course_fingerprint()
+        if mine != self.fingerprint:
+            return (f"it has another version of the course (files {mine}, the client's "
+                    f"{self.fingerprint}): install the client's commit on every worker")
+        if self.sandboxed:
+            try:
+                sandbox.check(self.limits.disk)
+            except sandbox.SandboxUnavailable as err:
+                return f"no sandbox: {err}"
+        return None
+
+    @contextmanager
+    def runner(self) -> Iterator[Runner]:
+        """An idle warm runner, or a new one when every runner is busy."""
+        try:
+            runner = self.idle.get_nowait()
+        except queue.Empty:
+            with self.lock:
+                runner = Runner(self.scratch / f"runner-{len(self.started)}", self.limits,
+                                self.sandboxed)
+                self.started.append(runner)
+        try:
+            yield runner
+        finally:
+            self.idle.put(runner)
+
+    def teardown(self, worker) -> None:
+        for runner in self.started:
+            runner.stop()
+
+
+class WorkerUnfit(Exception):
+    """Raised in a task on a worker that must not grade; the client records nothing for it."""
+
+
+def grade_on_worker(submission: Handin, lesson: Lesson) -> Graded:
+    """A Dask task: grade one submission with one of this worker's warm runners."""
+    runners: Runners = get_worker().plugins[PLUGIN]
+    if runners.unfit:
+        raise WorkerUnfit(runners.unfit)
+    with runners.runner() as runner:
+        return grade_safely(submission, lesson, runner, runners.judging)
+
+
+def connect(scheduler: str) -> Client:
+    """A client of the scheduler at ``scheduler`` (an address, or a scheduler file), within
+    Dask's ``distributed.comm.timeouts.connect`` (30 s unless configured)."""
+    is_file = not scheduler.startswith(("tcp://", "tls://", "ws://", "wss://", "inproc://")) \
+        and Path(scheduler).is_file()
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the one line below says it all
+    try:
+        if is_file:
+            return Client(scheduler_file=scheduler, set_as_default=False)
+        return Client(scheduler, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise ClusterError(f"cannot reach the Dask scheduler at {scheduler} "
+                           f"({type(err).__name__}: {err})") from None
+    finally:
+        quiet.setLevel(level)
+
+
+def prepare(client: Client, limits: Limits, sandboxed: bool) -> None:
+    """Give every worker (and every worker that joins later) its runners, unless each already
+    has warm ones of these settings; refuse to grade if a worker present now cannot."""
+    if not client.scheduler_info()["workers"]:
+        print(f"waiting for a worker to join the scheduler at {client.scheduler.address}",
+              flush=True)
+        client.wait_for_workers(1)
+    runners = Runners(limits, sandboxed, course_fingerprint())
+    try:
+        if set(client.run(_settings).values()) != {runners.settings}:
+            client.register_plugin(runners, name=PLUGIN)
+    except ImportError as err:
+        raise ClusterError(f"the workers cannot import the course's grader ({err}): start each "
+                           f"worker from a checkout of the course (see the README)") from None
+    unfit = {address: why for address, why in client.run(_unfitness).items() if why}
+    if unfit:
+        raise ClusterError("; ".join(f"worker {address} cannot grade: {why}"
+                                     for address, why in sorted(unfit.items())))
+
+
+def _settings(dask_worker) -> tuple | None:
+    """The settings of this worker's runners, if it has runners that can grade."""
+    runners = dask_worker.plugins.get(PLUGIN)
+    return None if runners is None or runners.unfit else runners.settings
+
+
+def _unfitness(dask_worker) -> str | None:
+    runners = dask_worker.plugins.get(PLUGIN)
+    return "its runners did not start" if runners is None else runners.unfit
+
+
+def grade_on_cluster(submissions: list[Submission], lessons: dict[str, Lesson],
+                     workspace: Workspace, scheduler: str, limits: Limits,
+                     sandboxed: bool = True,
+                     on_result: Callable[[Result], None] = lambda result: None) -> list[Result]:
+    """Grade ``submissions`` on the cluster; each result is kept and passed to ``on_result``
+    here, as it arrives. Raises ClusterError before grading anything if the cluster cannot
+    grade, NotAllGraded at the end if some submissions were not graded. An interrupt (Ctrl-C)
+    cancels what is left; what was recorded stays."""
+    client = connect(scheduler)
+    try:
+        prepare(client, limits, sandboxed)
+        futures = {client.submit(grade_on_worker, Handin.read(submission),
+                                 lessons[submission.lesson], pure=False): submission
+                   for submission in submissions}
+        try:
+            return collect(client, futures, workspace, on_result)
+        finally:
+            client.cancel(list(futures))
+    finally:
+        client.close()
+
+
+def collect(client: Client, futures: dict, workspace: Workspace,
+            on_result: Callable[[Result], None]) -> list[Result]:
+    """Keep and pass on each result in the order they finish; NotAllGraded for the rest."""
+    results, lost = [], []
+    for future in as_completed(list(futures), loop=client.loop):
+        submission = futures[future]
+        try:
+            graded: Graded = future.result()
+        except Exception as err:  # Dask gave up on it, or its worker could not grade
+            lost.append(f"{submission.student} {submission.lesson}: "
+                        f"{type(err).__name__}: {err}")
+            continue
+        finally:
+            future.release()
+        keep(graded, workspace)
+        on_result(graded.result)
+        results.append(graded.result)
+    if lost:
+        raise NotAllGraded(results, lost)
+    return results
