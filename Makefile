@@ -209,7 +209,7 @@ collect: install-instructor
 
 grade: install-instructor sandbox
 	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS)) \
-		$(if $(AGAIN),--again)
+		$(if $(AGAIN),--again) $(if $(SCHEDULER),--scheduler "$(SCHEDULER)")
 
 feedback: install-instructor
 	$(GRADER) feedback
