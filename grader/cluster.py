@@ -152,10 +152,11 @@ def prepare(client: Client, limits: Limits, sandboxed: bool) -> None:
     try:
         if set(client.run(_settings).values()) != {runners.settings}:
             client.register_plugin(runners, name=PLUGIN)
-    except ImportError as err:
-        raise ClusterError(f"the workers cannot import the course's grader ({err}): start each "
-                           f"worker from a checkout of the course (see the README)") from None
-    unfit = {address: why for address, why in client.run(_unfitness).items() if why}
+        unfit = {address: why for address, why in client.run(_unfitness).items() if why}
+    except Exception as err:  # raised on a worker: Dask passes it on as a plain Exception
+        raise ClusterError(f"a worker cannot load the course's grader ({err}): start each "
+                           f"worker from a checkout of the course, with PYTHONPATH at it "
+                           f"(see the README)") from None
     if unfit:
         raise ClusterError("; ".join(f"worker {address} cannot grade: {why}"
                                      for address, why in sorted(unfit.items())))
