@@ -18,6 +18,7 @@ graded (Dask gave up on it, a worker could not grade) is not recorded: grading a
 """
 
 import hashlib
+import itertools
 import logging
 import queue
 import threading
@@ -34,6 +35,7 @@ from .results import Result
 from .submissions import Submission
 
 PLUGIN = "attention-course-runners"
+IN_FLIGHT = 64  # submissions sent ahead at least (four per worker thread if that is more)
 # what grading on a worker depends on: it must be the client's, byte for byte
 COURSE_FILES = ("grader/*.py", "src/attention_course/**/*.py", "notebooks/*/*.ipynb")
 
@@ -184,34 +186,53 @@ def grade_on_cluster(submissions: list[Submission], lessons: dict[str, Lesson],
     client = connect(scheduler)
     try:
         prepare(client, limits, sandboxed)
-        futures = {client.submit(grade_on_worker, Handin.read(submission),
-                                 lessons[submission.lesson], pure=False): submission
-                   for submission in submissions}
-        try:
-            return collect(client, futures, workspace, on_result)
-        finally:
-            client.cancel(list(futures))
+        return Batch(client, lessons).run(submissions, workspace, on_result)
     finally:
         client.close()
 
 
-def collect(client: Client, futures: dict, workspace: Workspace,
+class Batch:
+    """The submissions on their way through the cluster: at most ``window`` at a time (so the
+    client and the scheduler hold a few notebooks, not the class), the next one sent as each
+    result comes back."""
+
+    def __init__(self, client: Client, lessons: dict[str, Lesson]):
+        threads = sum(client.nthreads().values())
+        self.client, self.lessons = client, lessons
+        self.window = max(IN_FLIGHT, 4 * threads)
+        self.in_flight: dict = {}  # future -> its submission
+        self.finished = as_completed(loop=client.loop)
+
+    def run(self, submissions: list[Submission], workspace: Workspace,
             on_result: Callable[[Result], None]) -> list[Result]:
-    """Keep and pass on each result in the order they finish; NotAllGraded for the rest."""
-    results, lost = [], []
-    for future in as_completed(list(futures), loop=client.loop):
-        submission = futures[future]
+        waiting = iter(submissions)
+        results, lost = [], []
         try:
-            graded: Graded = future.result()
-        except Exception as err:  # Dask gave up on it, or its worker could not grade
-            lost.append(f"{submission.student} {submission.lesson}: "
-                        f"{type(err).__name__}: {err}")
-            continue
+            for submission in itertools.islice(waiting, self.window):
+                self.send(submission)
+            for future in self.finished:
+                submission = self.in_flight.pop(future)
+                try:
+                    graded: Graded = future.result()
+                except Exception as err:  # Dask gave up on it, or its worker could not grade
+                    lost.append(f"{submission.student} {submission.lesson}: "
+                                f"{type(err).__name__}: {err}")
+                else:
+                    keep(graded, workspace)
+                    on_result(graded.result)
+                    results.append(graded.result)
+                finally:
+                    future.release()
+                for following in itertools.islice(waiting, 1):
+                    self.send(following)
         finally:
-            future.release()
-        keep(graded, workspace)
-        on_result(graded.result)
-        results.append(graded.result)
-    if lost:
-        raise NotAllGraded(results, lost)
-    return results
+            self.client.cancel(list(self.in_flight))
+        if lost:
+            raise NotAllGraded(results, lost)
+        return results
+
+    def send(self, submission: Submission) -> None:
+        future = self.client.submit(grade_on_worker, Handin.read(submission),
+                                    self.lessons[submission.lesson], pure=False)
+        self.in_flight[future] = submission
+        self.finished.add(future)

@@ -25,6 +25,10 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert set(grading["per_minute"]) == {"ours", "ours unsandboxed", "stock"}
     assert all(rate > 0 for rate in grading["per_minute"].values())
     assert grading["sandbox"] is True and grading["sandbox_cost"] > 0
+    cluster = results["cluster"]
+    assert cluster["submissions"] >= 1 and cluster["identical_points"] is True
+    assert set(cluster["per_minute"]) == {"here", "cluster", "cluster + PostgreSQL"}
+    assert all(rate > 0 for rate in cluster["per_minute"].values())
     cost = results["attention_cost"]
     assert {row["implementation"] for row in cost} == {
         "course attention", "torch sdpa", "course MHA", "torch MHA"}
