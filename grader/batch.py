@@ -16,7 +16,9 @@ per core). Outcomes:
 - crashed: the kernel died (``os._exit``, a segfault, killed) before grading finished.
 
 A failure of any kind is confined to its own submission: the batch goes on, and every other
-student's results and grades are written as usual.
+student's results and grades are written as usual. ``grade_one`` grades from a ``Handin`` (the
+notebook's bytes) and returns a ``Graded``, so ``cluster`` grades the same way on Dask workers
+that do not see the workspace.
 """
 
 import json
@@ -209,17 +211,9 @@ class Graded:
     output: bytes | None = None
 
 
-def grade_one(submission: Submission, lesson: Lesson, runner: Runner, workspace: Workspace,
-              judging: threading.Lock) -> Result:
+def grade_one(submission: Handin, lesson: Lesson, runner: Runner,
+              judging: threading.Lock) -> Graded:
     """Grade one submission; always returns its result, never raises for the student's sake."""
-    graded = grade_handin(Handin.read(submission), lesson, runner, judging)
-    keep_output(graded.output, workspace.result_file(submission.student, submission.lesson))
-    return graded.result
-
-
-def grade_handin(submission: Handin, lesson: Lesson, runner: Runner,
-                 judging: threading.Lock) -> Graded:
-    """Grade one submission from its bytes (``grade_one`` without the workspace)."""
     started = time.monotonic()
     try:
         if submission.notebook is None:
@@ -267,9 +261,9 @@ def grade_handin(submission: Handin, lesson: Lesson, runner: Runner,
 
 def grade_safely(submission: Handin, lesson: Lesson, runner: Runner,
                  judging: threading.Lock) -> Graded:
-    """``grade_handin``, where a bug of the grader's own costs only this submission."""
+    """``grade_one``, where a bug of the grader's own costs only this submission."""
     try:
-        return grade_handin(submission, lesson, runner, judging)
+        return grade_one(submission, lesson, runner, judging)
     except Exception as err:  # a grader bug must not cost the rest of the class
         runner.stop()
         return Graded(failed(submission, lesson, Outcome.CRASHED,
@@ -283,7 +277,7 @@ def failed(submission: Submission | Handin, lesson: Lesson, outcome: Outcome, re
                       seconds)
 
 
-def keep_output(output: bytes | None, result_file: Path) -> None:
+def _keep_output(output: bytes | None, result_file: Path) -> None:
     """Keep the kernel's printed output beside the result, as ``<lesson>.output.txt``."""
     if output is not None:
         result_file.parent.mkdir(parents=True, exist_ok=True)
@@ -293,7 +287,7 @@ def keep_output(output: bytes | None, result_file: Path) -> None:
 def keep(graded: Graded, workspace: Workspace) -> None:
     """Write a result and the kernel's output to the workspace's results/."""
     result = graded.result
-    keep_output(graded.output, workspace.result_file(result.student, result.lesson))
+    _keep_output(graded.output, workspace.result_file(result.student, result.lesson))
     save_result(result, workspace)
 
 
