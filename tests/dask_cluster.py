@@ -5,6 +5,7 @@ the benchmarks.
 
     with local_cluster(folder, workers=2) as cluster:
         cluster.address                      # tcp://127.0.0.1:<port>, for --scheduler
+        cluster.scheduler_file               # the scheduler's file, which --scheduler takes too
         cluster.worker_pids()                # once every worker has joined
 
 `dask scheduler` on a free loopback port (its address from its scheduler file), then
@@ -35,6 +36,7 @@ ENVIRONMENT = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 @dataclass
 class Cluster:
     address: str
+    scheduler_file: Path  # what `--scheduler` also takes
     processes: list[subprocess.Popen]  # the scheduler, then the workers' nannies
 
     def client(self):
@@ -69,7 +71,7 @@ def local_cluster(folder: Path, workers: int = 2) -> Iterator[Cluster]:
             processes.append(_start([DASK, "worker", address, "--nthreads", "1", "--host",
                                      "127.0.0.1", "--no-dashboard", "--local-directory",
                                      str(folder / f"worker-{n}")], folder / f"worker-{n}.log"))
-        yield Cluster(address, processes)
+        yield Cluster(address, scheduler_file, processes)
     finally:
         _stop(processes)
 

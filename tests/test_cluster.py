@@ -63,10 +63,9 @@ def graded_here(collected, tmp_path_factory) -> Workspace:
     return workspace
 
 
-def grade_on(cluster: Cluster, workspace: Workspace, capsys) -> str:
+def grade_on(scheduler: str, workspace: Workspace, capsys) -> str:
     """The instructor's command; what it printed."""
-    assert cli.main(["--workspace", str(workspace.root), "grade", "--scheduler",
-                     cluster.address]) == 0
+    assert cli.main(["--workspace", str(workspace.root), "grade", "--scheduler", scheduler]) == 0
     return capsys.readouterr().out
 
 
@@ -86,7 +85,7 @@ def test_the_cluster_gives_the_points_of_grading_here(cluster, collected, graded
                                                       tmp_path, capsys):  # cluster: starts first
     workspace = copy(collected, tmp_path)
     workers = cluster.worker_pids()
-    output = grade_on(cluster, workspace, capsys)
+    output = grade_on(cluster.address, workspace, capsys)
 
     expected = outcomes(graded_here)
     assert len(expected) == len(STUDENTS) * len(LESSONS) + 1
@@ -112,7 +111,7 @@ def test_a_worker_killed_mid_batch_costs_nothing(cluster, collected, graded_here
                               args=(cluster, workers, workspace, stop, killed))
     killer.start()
     try:
-        grade_on(cluster, workspace, capsys)
+        grade_on(str(cluster.scheduler_file), workspace, capsys)  # its file, this time
     finally:
         stop.set()
         killer.join()
