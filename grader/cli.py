@@ -13,7 +13,6 @@ human set in the formgrader is what counts.
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -129,15 +128,6 @@ def run_collect(args, workspace: Workspace) -> None:
     print(done.summary())
     if done.skipped:
         raise SystemExit(1)
-
-
-def nbgrader(arguments: list[str], workspace: Workspace) -> None:
-    env = os.environ | {"ATTENTION_COURSE_WORKSPACE": str(workspace.root),
-                        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *arguments], cwd=ROOT / "grader",
-                          env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"nbgrader {arguments[0]} failed:\n{done.stdout}{done.stderr}")
 
 
 def run_grade(args, workspace: Workspace) -> None:
