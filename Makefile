@@ -234,12 +234,13 @@ adversarial: install sandbox
 # (the slow suites first), and one torch thread per process, so that two workers' kernels do not
 # fight over the cores. Every lesson also runs under Colab's pins (tests/test_colab_pinned.py, in
 # $(COLAB_VENV)). FAST=1 skips the browser and adversarial suites, for contributors; CI and the
-# README's command run everything.
+# README's command run everything. The slowest 20 tests are listed at the end, to keep an eye on.
 TEST_WORKERS ?= auto
 test: install colab-env chromium sandbox postgresql
 	@$(if $(FAST),echo "FAST=1: skipping the browser and adversarial suites (CI runs them)")
 	CHROMIUM=$(CHROMIUM) COLAB_PYTHON="$(abspath $(COLAB_VENV))/bin/python" OMP_NUM_THREADS=1 \
 		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		--durations=20 \
 		$(if $(FAST),-m "not browser and not adversarial")
 
 # Every performance figure, measured side by side; QUICK=1 for a small smoke run.
