@@ -41,9 +41,11 @@ Whose file it is comes from the LMS's naming, read as each LMS documents or writ
   students of one name cannot be told apart (the table says so where it matters).
 - **nbgrader's exchange** (``nbgrader submit``): ``inbound/<student id>+<assignment>+<timestamp>``
   with ``+<random string>`` at the end since nbgrader 0.7 (``add_random_string``), the submitted
-  files inside, and ``timestamp.txt`` holding the submission time (format
-  ``%Y-%m-%d %H:%M:%S.%f %Z``). Source: nbgrader's ``exchange/default/submit.py`` and
-  ``collect.py`` (which splits the folder name from the right, so ids may hold ``+``).
+  files inside, ``timestamp.txt`` holding the submission time (format
+  ``%Y-%m-%d %H:%M:%S.%f %Z``) and ``submission_secret.txt``, kept beside the notebook so that
+  the student's ``nbgrader fetch_feedback`` finds the feedback released for it. Source:
+  nbgrader's ``exchange/default/submit.py`` and ``collect.py`` (which splits the folder name
+  from the right, so ids may hold ``+``).
 - **Files** (this course's own naming, e.g. the demo class): ``<student id>_<file>`` anywhere in
   the zip, or per-student folders ``<student>/<file>`` (also a zipped ``submitted/`` tree).
 
@@ -114,6 +116,7 @@ GRADESCOPE_METADATA = "submission_metadata.yml"
 COPY_OF = re.compile(r"^(?:copy of )+", re.IGNORECASE)
 JUNK_NAMES = {".DS_Store", "Thumbs.db", "desktop.ini"}
 EXCHANGE_FILES = {"timestamp.txt", "submission_secret.txt"}
+MAX_SECRET_BYTES = 1024
 
 
 class CollectError(Exception):
@@ -463,6 +466,7 @@ class Found:
     time_from: str = ""
     late: bool = False
     notes: list[str] = field(default_factory=list)
+    secret: bytes | None = None  # nbgrader's submission_secret.txt, for fetch_feedback
 
 
 class Download:
@@ -474,12 +478,20 @@ class Download:
         self.lessons = lessons
         self._gradescope: dict | None = None
         self._exchange_times: dict[str, str] = {}
+        self._exchange_secrets: dict[str, bytes] = {}
         for entry in entries:
             if entry.name == "timestamp.txt" and len(entry.parts) > 1:
                 try:
                     self._exchange_times["/".join(entry.parts[:-1])] = entry.read().decode()
                 except (UnicodeDecodeError, zipfile.BadZipFile, OSError):
                     pass
+            elif entry.name == "submission_secret.txt" and len(entry.parts) > 1:
+                try:
+                    secret = entry.read()
+                except (zipfile.BadZipFile, OSError):
+                    continue
+                if len(secret) <= MAX_SECRET_BYTES:  # nbgrader's is 32 hex digits
+                    self._exchange_secrets["/".join(entry.parts[:-1])] = secret
 
     # -- detection
 
@@ -610,7 +622,7 @@ class Download:
             else []
         return Found([Identity("exchange", f"id:{student}", student, course_id=True)],
                      "/".join(entry.parts[index + 1:]), time, time_from if time else "",
-                     notes=notes)
+                     notes=notes, secret=self._exchange_secrets.get(folder))
 
     def files(self, entry: Entry) -> Found:
         stem = COPY_OF.sub("", entry.name)
@@ -1155,6 +1167,11 @@ def _write(winners: list[Candidate], workspace: Workspace, manifest: "Manifest",
             _atomic_write(stamp, candidate.found.time.strftime(TIMESTAMP_FORMAT).encode())
         elif stamp.exists():
             stamp.unlink()  # it was the replaced notebook's time
+        secret = folder / "submission_secret.txt"
+        if candidate.found.secret is not None:
+            _atomic_write(secret, candidate.found.secret)
+        elif secret.exists():
+            secret.unlink()  # it was the replaced submission's
         manifest.record(candidate, digest, name, now)
     manifest.archives[digest] = {"name": name, "format": fmt,
                                  "collected": now.isoformat(timespec="seconds")}

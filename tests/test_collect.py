@@ -301,6 +301,7 @@ def test_nbgrader_exchange_inbound_keeps_the_newest_with_its_timestamp(tmp_path,
         (inbound / folder / "02_scaled_dot_product.ipynb").write_bytes(notebook(L02, who))
         if stamp:
             (inbound / folder / "timestamp.txt").write_text(stamp)
+        (inbound / folder / "submission_secret.txt").write_text(f"secret of {who}")
     workspace = Workspace(tmp_path / "course")
     status, out = run(workspace, inbound, capsys=capsys)
     got = submitted(workspace)
@@ -308,6 +309,9 @@ def test_nbgrader_exchange_inbound_keeps_the_newest_with_its_timestamp(tmp_path,
     assert marker(got["s07", L02]) == "by second"
     assert timestamp(workspace, "s07", L02) == "2024-03-02 11:30:00.250000 UTC"
     assert timestamp(workspace, "s08", L02) == "2024-03-01 12:00:00.000000 UTC"
+    for student, who in (("s07", "second"), ("s08", "eight")):  # for fetch_feedback
+        kept = workspace.submitted / student / L02 / "submission_secret.txt"
+        assert kept.read_text() == f"secret of {who}"
     first = "s07+02_scaled_dot_product+2024-03-01 10:00:00.000000 UTC+4f2a9c/"
     assert cell(row(out, first + "02_scaled_dot_product.ipynb"), "superseded")
 
