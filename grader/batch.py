@@ -277,25 +277,15 @@ def failed(submission: Submission | Handin, lesson: Lesson, outcome: Outcome, re
                       seconds)
 
 
-def _keep_output(output: bytes | None, result_file: Path) -> None:
-    """Keep the kernel's printed output beside the result, as ``<lesson>.output.txt``."""
-    if output is not None:
-        result_file.parent.mkdir(parents=True, exist_ok=True)
-        result_file.with_suffix(".output.txt").write_bytes(output)
-
-
 def keep(graded: Graded, workspace: Workspace) -> None:
-    """Write a result and the kernel's output to the workspace's results/."""
-    result = graded.result
-    _keep_output(graded.output, workspace.result_file(result.student, result.lesson))
-    save_result(result, workspace)
-
-
-def save_result(result: Result, workspace: Workspace) -> None:
-    path = workspace.result_file(result.student, result.lesson)
+    """Write a result to the workspace's results/, and the kernel's printed output beside it
+    as ``<lesson>.output.txt``."""
+    path = workspace.result_file(graded.result.student, graded.result.lesson)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if graded.output is not None:
+        path.with_suffix(".output.txt").write_bytes(graded.output)
     temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(result.to_json())
+    temporary.write_text(graded.result.to_json())
     temporary.replace(path)
 
 

@@ -17,8 +17,8 @@ resource limits, no new processes), that runs the code cells in order in an IPyt
 engine inside ipykernel). The job's ``modules`` (name -> source: what the lesson's notebook may
 import from the package, see ``grader/package.py``) are importable there as
 ``attention_course.<name>``, from memory: the next job's lesson cannot see them. Where a
-graded cell stood, it stops and the grader judges: this
-process relays, as framed messages on stdout and stdin,
+graded cell stood, it stops and the grader judges: this process relays, as framed messages on
+stdout and stdin,
 
     -> {"event": "at", "grade_id": "..."}          the student's process waits here
     <- {"request": N} + N bytes                    a check's cases (``checks.wire``)

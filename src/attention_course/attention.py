@@ -96,7 +96,9 @@ def check_key_value(key: Tensor, value: Tensor) -> None:
 
 
 def _check_batch_dims(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
-    for n, m in zip(reversed(a.shape[:-2]), reversed(b.shape[:-2]), strict=False):  # broadcast
+    # torch's broadcasting rule, written here: masks.broadcast_shape is lesson 03's module,
+    # which lessons that import this one may not see under the grader
+    for n, m in zip(reversed(a.shape[:-2]), reversed(b.shape[:-2]), strict=False):
         if n != m and 1 not in (n, m):
             raise ValueError(f"the batch dims of {name_a} {tuple(a.shape[:-2])} and {name_b} "
                              f"{tuple(b.shape[:-2])} do not broadcast")
