@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attention_course.checks import observing, wire
 from grader import verdicts
@@ -53,6 +54,26 @@ def test_a_mistake_is_named_and_earns_nothing():
 def test_a_builtin_the_exercise_forbids_is_a_refused_shortcut():
     result = judged({"softmax": lambda x, dim=-1: torch.softmax(x, dim)})
     assert (result.passed, result.mistake) == (False, "shortcut")
+
+
+def sdpa_as_softmax(x, dim=-1):
+    """A softmax computed by F.scaled_dot_product_attention: zero scores plus x as the mask."""
+    y = x.movedim(dim, -1)
+    n = y.shape[-1]
+    q, k = y.new_zeros(*y.shape[:-1], 1, 1), y.new_zeros(*y.shape[:-1], n, 1)
+    eye = torch.eye(n, dtype=y.dtype).expand(*y.shape[:-1], n, n)
+    out = getattr(F, "scaled_dot" + "_product_attention")(q, k, eye, attn_mask=y.unsqueeze(-2))
+    return out.squeeze(-2).movedim(-1, dim)
+
+
+@pytest.mark.parametrize("route", ["safe", "masked", "attention"])
+def test_a_private_softmax_or_attention_used_as_softmax_is_a_refused_shortcut(route):
+    calls = {"safe": lambda x, dim=-1: getattr(torch, "_safe" + "_softmax")(x, dim),
+             "masked": lambda x, dim=-1: getattr(torch, "_masked" + "_softmax")(
+                 x, torch.zeros_like(x, dtype=torch.bool), dim),
+             "attention": sdpa_as_softmax}
+    result = judged({"softmax": calls[route]})
+    assert (result.passed, result.mistake) == (False, "shortcut"), result.message
 
 
 @pytest.mark.parametrize("route", ["methodcaller", "map"])

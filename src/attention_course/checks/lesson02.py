@@ -8,10 +8,10 @@ from .. import attention
 from .framework import Case, Exercise, Mistake, randn, run_check, seeded
 from .shortcuts import forbid
 
-SOFTMAX_BUILTINS = ("softmax", "_softmax", "log_softmax", "_log_softmax", "special_softmax",
-                    "special_log_softmax")
-ATTENTION_BUILTINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                      "_native_multi_head_attention")
+# parts of the names of torch's built-ins (see shortcuts.Forbidden): every softmax of torch's,
+# public or private, and every attention, which computes one inside
+ATTENTION_BUILTINS = ("attention",)
+SOFTMAX_BUILTINS = ("softmax", *ATTENTION_BUILTINS)
 NO_BUILT_IN_ATTENTION = (nn.MultiheadAttention.forward, F.multi_head_attention_forward)
 
 

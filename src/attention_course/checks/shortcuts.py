@@ -14,12 +14,16 @@ from torch.overrides import TorchFunctionMode
 @dataclass(frozen=True)
 class Forbidden:
     """What an exercise may not call: Python functions (by code object, or by qualified name
-    where only the name travels: the grader sends names), and torch built-ins (by name, e.g.
-    ``softmax`` catches ``torch.softmax``, ``F.softmax`` and ``x.softmax``)."""
+    where only the name travels: the grader sends names), and torch built-ins by a part of
+    their name (``softmax`` catches ``torch.softmax``, ``F.softmax``, ``x.softmax``, and the
+    private ``torch._safe_softmax`` and ``torch._masked_softmax`` too)."""
 
     functions: tuple[Callable, ...] = ()
     builtin_names: frozenset[str] = frozenset()
     function_names: frozenset[str] = frozenset()  # "module.Class.method"
+
+    def forbids_builtin(self, name) -> bool:
+        return isinstance(name, str) and any(part in name for part in self.builtin_names)
 
     @property
     def qualified_names(self) -> list[str]:
@@ -55,14 +59,14 @@ def watch_calls(forbidden: Forbidden, called: list[str]):
             called.append(codes[frame.f_code])
         elif event == "call" and _frame_name(frame) in forbidden.function_names:
             called.append(_frame_name(frame))
-        elif (event == "c_call" and getattr(arg, "__name__", None) in forbidden.builtin_names
+        elif (event == "c_call" and forbidden.forbids_builtin(getattr(arg, "__name__", None))
               and _is_torch_builtin(arg)):
             called.append(f"torch's built-in {arg.__name__}")
 
     previous = sys.getprofile()
     sys.setprofile(profile)
     try:
-        with _TorchCalls(forbidden.builtin_names, called):
+        with _TorchCalls(forbidden, called):
             yield called
     finally:
         _restore_profiler(previous)
@@ -73,13 +77,13 @@ class _TorchCalls(TorchFunctionMode):
     profile above sees no call that C code makes for Python (``map``, ``functools.partial``,
     ``operator.methodcaller``), this does."""
 
-    def __init__(self, names: frozenset[str], called: list[str]):
+    def __init__(self, forbidden: Forbidden, called: list[str]):
         super().__init__()
-        self.names, self.called = names, called
+        self.forbidden, self.called = forbidden, called
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", None)
-        if name in self.names:
+        if self.forbidden.forbids_builtin(name):
             self.called.append(f"torch's built-in {name}")
         return func(*args, **(kwargs or {}))
 
