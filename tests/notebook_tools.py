@@ -1,11 +1,9 @@
 """Reading, editing and running the lesson notebooks in tests."""
 
-import tempfile
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from traitlets.config import Config
 
 from attention_course.lessons import ids
 
@@ -43,21 +41,12 @@ def check_cells(nb) -> dict[str, int]:
             for i, c in enumerate(nb.cells) if grading(c).get("grade")}
 
 
-def execute(nb, cwd: Path, allow_errors: bool = False, timeout: int = 120, **options):
-    """Run ``nb`` headless in a fresh kernel whose working directory is ``cwd``. The kernel
-    talks over Unix sockets in a folder of its own: kernels started at the same moment by
-    parallel tests cannot pick the same TCP port (jupyter_client's known race)."""
-    with tempfile.TemporaryDirectory() as sockets:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                allow_errors=allow_errors, config=unix_sockets(sockets),
-                                resources={"metadata": {"path": str(cwd)}}, **options)
-        client.execute()
+def execute(nb, cwd: Path, allow_errors: bool = False, timeout: int = 120):
+    """Run ``nb`` headless in a fresh kernel whose working directory is ``cwd``."""
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            allow_errors=allow_errors, resources={"metadata": {"path": str(cwd)}})
+    client.execute()
     return nb
-
-
-def unix_sockets(folder: str) -> Config:
-    """nbclient's kernel manager configured for Unix sockets in ``folder``."""
-    return Config({"KernelManager": {"transport": "ipc", "ip": str(Path(folder) / "kernel")}})
 
 
 def errors(cell) -> list[str]:

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,14 +30,7 @@ from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from notebook_tools import (  # noqa: E402
-    NOTEBOOKS,
-    SOLUTIONS,
-    check_cells,
-    practice_cells,
-    read,
-    unix_sockets,
-)
+from notebook_tools import NOTEBOOKS, SOLUTIONS, check_cells, practice_cells, read  # noqa: E402
 
 PINS = Path(__file__).with_name("constraints.txt")
 LESSONS = ids()
@@ -90,11 +82,10 @@ def answered(lesson: str) -> nbformat.NotebookNode:
 def execute(lesson: str) -> nbformat.NotebookNode:
     nb = answered(lesson)
     nb.cells.append(nbformat.v4.new_code_cell(VERSIONS_CELL))
-    with tempfile.TemporaryDirectory() as sockets:
-        client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                store_widget_state=True, config=unix_sockets(sockets),
-                                resources={"metadata": {"path": str(NOTEBOOKS / lesson)}})
-        client.execute(env=KERNEL_ENV)
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            store_widget_state=True,
+                            resources={"metadata": {"path": str(NOTEBOOKS / lesson)}})
+    client.execute(env=KERNEL_ENV)
     return nb
 
 
