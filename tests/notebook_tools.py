@@ -1,6 +1,8 @@
 """Reading, editing and running the lesson notebooks in tests."""
 
+import time
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 from nbclient import NotebookClient
@@ -41,10 +43,40 @@ def check_cells(nb) -> dict[str, int]:
             for i, c in enumerate(nb.cells) if grading(c).get("grade")}
 
 
+class Client(NotebookClient):
+    """nbclient's notebook client, looking for the kernel's messages at least once a second.
+
+    zmq.asyncio can miss the wake-up for a message that has already arrived (pyzmq watches the
+    socket's edge-triggered events); nbclient waits for a cell's reply with the whole cell
+    timeout as one poll, so a missed wake-up cost a run 120 s, after which the reply was found
+    where it had been all along. Polling in slices bounds that to a second.
+    """
+
+    async def async_start_new_kernel_client(self):
+        client = await super().async_start_new_kernel_client()
+        for channel in (client.shell_channel, client.iopub_channel):
+            channel.get_msg = in_slices(channel.get_msg)
+        return client
+
+
+def in_slices(get_msg, every_s: float = 1.0):
+    """``get_msg(timeout)`` as polls of at most ``every_s`` seconds until ``timeout``."""
+    async def get_msg_in_slices(timeout: float | None = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = every_s if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await get_msg(timeout=min(every_s, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+    return get_msg_in_slices
+
+
 def execute(nb, cwd: Path, allow_errors: bool = False, timeout: int = 120):
     """Run ``nb`` headless in a fresh kernel whose working directory is ``cwd``."""
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            allow_errors=allow_errors, resources={"metadata": {"path": str(cwd)}})
+    client = Client(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                    resources={"metadata": {"path": str(cwd)}})
     client.execute()
     return nb
 

@@ -24,13 +24,19 @@ from pathlib import Path
 import ipywidgets._version as widget_protocol
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from notebook_tools import NOTEBOOKS, SOLUTIONS, check_cells, practice_cells, read  # noqa: E402
+from notebook_tools import (  # noqa: E402
+    NOTEBOOKS,
+    SOLUTIONS,
+    Client,
+    check_cells,
+    practice_cells,
+    read,
+)
 
 PINS = Path(__file__).with_name("constraints.txt")
 LESSONS = ids()
@@ -82,9 +88,8 @@ def answered(lesson: str) -> nbformat.NotebookNode:
 def execute(lesson: str) -> nbformat.NotebookNode:
     nb = answered(lesson)
     nb.cells.append(nbformat.v4.new_code_cell(VERSIONS_CELL))
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            store_widget_state=True,
-                            resources={"metadata": {"path": str(NOTEBOOKS / lesson)}})
+    client = Client(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", store_widget_state=True,
+                    resources={"metadata": {"path": str(NOTEBOOKS / lesson)}})
     client.execute(env=KERNEL_ENV)
     return nb
 

@@ -1,0 +1,48 @@
+"""The tests' notebook client looks for a kernel's reply in short polls, so a wake-up that
+zmq.asyncio misses costs at most one of them instead of the whole cell timeout."""
+
+import asyncio
+from queue import Empty
+
+import pytest
+from notebook_tools import in_slices
+
+
+class MissedWakeUp:
+    """A channel whose message is already there but whose polls only see it when they end, as
+    zmq.asyncio's do after a missed wake-up; it counts time in polls, without sleeping."""
+
+    def __init__(self, arrives_at: float | None):
+        self.arrives_at, self.clock, self.polls = arrives_at, 0.0, []
+
+    async def get_msg(self, timeout=None):
+        assert timeout is not None, "a poll without an end never sees the message"
+        self.polls.append(timeout)
+        self.clock += timeout
+        if self.arrives_at is not None and self.clock >= self.arrives_at:
+            return {"msg_type": "execute_reply"}
+        raise Empty
+
+
+def run(channel: MissedWakeUp, timeout: float | None, monkeypatch) -> dict:
+    monkeypatch.setattr("notebook_tools.time.monotonic", lambda: channel.clock)
+    return asyncio.run(in_slices(channel.get_msg, every_s=1.0)(timeout=timeout))
+
+
+def test_a_reply_missed_by_the_wake_up_is_found_within_a_second(monkeypatch):
+    channel = MissedWakeUp(arrives_at=0.2)
+    assert run(channel, 120, monkeypatch) == {"msg_type": "execute_reply"}
+    assert channel.polls == [1.0]  # not one poll of 120 s
+
+
+def test_waiting_without_a_timeout_still_polls_in_slices(monkeypatch):
+    channel = MissedWakeUp(arrives_at=3.5)
+    assert run(channel, None, monkeypatch)["msg_type"] == "execute_reply"
+    assert channel.polls == [1.0] * 4
+
+
+def test_no_reply_by_the_timeout_is_still_a_timeout(monkeypatch):
+    channel = MissedWakeUp(arrives_at=None)
+    with pytest.raises(Empty):
+        run(channel, 2.5, monkeypatch)
+    assert channel.polls == [1.0, 1.0, 0.5]
