@@ -15,7 +15,7 @@ WORK ?= work
 PORT ?= 8888
 
 .PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox postgresql \
-	lab working-copy exchange formgrader release collect grade feedback report demo adversarial test bench \
+	test-packages lab working-copy exchange formgrader release collect grade feedback report demo adversarial test bench \
 	lint clean
 
 # --- Installing -------------------------------------------------------------------------------
@@ -25,9 +25,17 @@ PORT ?= 8888
 #                       ipywidgets, matplotlib, tqdm) and nothing else
 #   install-instructor  + nbgrader: make formgrader, release, collect, grade, feedback, report, demo
 #   install             + pytest, nbval, Playwright, psutil, ruff: make test, lint, bench, adversarial
+# Packages are installed by uv (pinned in constraints.txt, put into $(VENV) by pip first): it
+# downloads in parallel and installs in seconds what pip takes minutes for. Every file is compiled
+# to bytecode at install time, as pip does, since the grading sandbox reads $(VENV) read-only.
 LAB_STAMP := $(VENV)/.installed-lab
 INSTRUCTOR_STAMP := $(VENV)/.installed-instructor
 DEV_STAMP := $(VENV)/.installed-dev
+UV_VERSION := $(shell sed -n 's/^uv==//p' constraints.txt)
+UV := $(BIN)/uv
+# $(call uv-install,<environment's python>) <what to install>
+uv-install = $(UV) pip install --python $(1) $(COMPILE)
+COMPILE := --compile-bytecode
 
 install-lab: $(LAB_STAMP)
 install-instructor: $(INSTRUCTOR_STAMP)
@@ -35,20 +43,23 @@ install: $(DEV_STAMP)
 
 $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
 
-$(LAB_STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
+$(UV): constraints.txt | $(VENV)/pyvenv.cfg
+	$(PIP) install --quiet uv==$(UV_VERSION)
+	touch $@
+
+$(LAB_STAMP): pyproject.toml constraints.txt | $(UV)
 	@echo "$(TORCH_BUILD)"
 	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python,$(TORCH_INDEX)))
-	$(PIP) install --progress-bar on -c constraints.txt -e '.[lab]'
+	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[lab]'
 	touch $@
 
 $(INSTRUCTOR_STAMP): $(LAB_STAMP)
-	$(PIP) install --progress-bar on -c constraints.txt -e '.[instructor]'
+	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[instructor]'
 	touch $@
 
 $(DEV_STAMP): $(INSTRUCTOR_STAMP)
-	$(PIP) install --progress-bar on -c constraints.txt -e '.[dev]'
+	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[dev]'
 	touch $@
 
 # torch, at the version pinned in constraints.txt, in the build that suits this machine:
@@ -72,18 +83,20 @@ torch-build:
 	@echo "$(TORCH_BUILD)"
 
 # $(call install-torch,<environment's python>,<index>): the CPU build from <index>, downloaded
-# into $(WHEELS) once, with a progress bar. A wheel pip has without the network (in $(WHEELS), or
-# in a wheel folder of pip's own configuration) is taken first.
+# into $(WHEELS) once, with a progress bar, and installed from there. A wheel pip has without the
+# network (in $(WHEELS), or in a wheel folder of pip's own configuration) is taken first.
 define install-torch
-$(1) -m pip install --quiet --no-deps --no-index --find-links $(WHEELS) torch==$(TORCH_VERSION) 2>/dev/null || { \
-	$(1) -m pip download --progress-bar on --no-deps --dest $(WHEELS) --index-url $(2) torch==$(TORCH_VERSION) && \
-	$(1) -m pip install --quiet --no-deps --no-index --find-links $(WHEELS) torch==$(TORCH_VERSION); }
+$(1) -m pip download --quiet --no-deps --no-index --find-links $(WHEELS) --dest $(WHEELS) \
+	torch==$(TORCH_VERSION) 2>/dev/null || \
+	$(1) -m pip download --progress-bar on --no-deps --dest $(WHEELS) --index-url $(2) torch==$(TORCH_VERSION)
+$(call uv-install,$(1)) --no-deps --no-index --find-links $(WHEELS) torch==$(TORCH_VERSION)
 endef
 
 # The Colab-pinned test environment: Colab's versions of ipywidgets (7.7.1), numpy, matplotlib,
 # tqdm and the IPython kernel (tests/colab/constraints.txt says where they come from, and what
 # differs), with the course package; `make test` runs every lesson in it (tests/colab/lessons.py).
 # Rebuilt from scratch only when its pins change; its torch is the CPU build, from $(WHEELS).
+# Never sandboxed, so its kernels compile what they import on first use.
 COLAB_VENV ?= .venv-colab
 COLAB_PINS := tests/colab/constraints.txt
 COLAB_STAMP := $(COLAB_VENV)/.installed
@@ -94,40 +107,40 @@ $(COLAB_VENV)/pyvenv.cfg: $(COLAB_PINS)
 	rm -rf $(COLAB_VENV)
 	$(PYTHON) -m venv $(COLAB_VENV)
 
-$(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml
+$(COLAB_STAMP): COMPILE :=
+$(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV)
 	$(call install-torch,$(COLAB_VENV)/bin/python,$(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)))
-	$(COLAB_VENV)/bin/python -m pip install --progress-bar on -c $(COLAB_PINS) -e . ipykernel nbclient pytest
+	$(call uv-install,$(COLAB_VENV)/bin/python) -c $(COLAB_PINS) -e . ipykernel nbclient pytest
 	touch $@
 
-# The browser tests (tests/browser) drive Debian's chromium through Playwright, which never
-# downloads a browser of its own. Installed once with apt-get; when that is impossible the
-# browser tests fail and say why.
+# Debian packages, each installed with apt-get the first time a target needs it (one apt-get
+# update for all that target's missing packages); where that is impossible, what needs them says
+# why when it runs:
+#   chromium     the browser tests (tests/browser) drive Debian's chromium through Playwright,
+#                which never downloads a browser of its own
+#   bubblewrap   student code is graded inside it (grader/sandbox.py); without it grading refuses
+#                to run student code
+#   postgresql   the PostgreSQL gradebook's tests (tests/test_postgres.py) start a throwaway
+#                server of it (tests/postgres.py); a course's own server is its own
 CHROMIUM ?= /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+CHROMIUM_PACKAGES = $(if $(wildcard $(CHROMIUM)),,chromium chromium-driver)
+SANDBOX_PACKAGES = $(if $(shell command -v bwrap),,bubblewrap)
+POSTGRESQL_PACKAGES = $(if $(wildcard /usr/lib/postgresql/*/bin/initdb)$(shell command -v initdb),,postgresql)
+
+# $(call apt-get,<packages, may be none>)
+apt-get = $(if $(strip $(1)),@echo "Installing $(strip $(1)) (apt-get)"; { $(SUDO) apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(1); } || \
+	echo "Could not install $(strip $(1)): what needs them will fail and say why.")
 
 chromium:
-	@[ -x $(CHROMIUM) ] || { echo "Installing chromium for the browser tests (apt-get)"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; } || \
-		echo "Could not install chromium: the browser tests will fail and say why."
-
-# Student code is graded inside bubblewrap (grader/sandbox.py). Installed once with apt-get;
-# when that is impossible, grading refuses to run student code and says why.
+	$(call apt-get,$(CHROMIUM_PACKAGES))
 sandbox:
-	@command -v bwrap >/dev/null || { echo "Installing bubblewrap, the grading sandbox (apt-get)"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap; } || \
-		echo "Could not install bubblewrap: grading will refuse to run student code."
-
-# The PostgreSQL gradebook's tests (tests/test_postgres.py) start a throwaway server of Debian's
-# postgresql package (tests/postgres.py). Installed once with apt-get; when that is impossible
-# those tests fail and say why. Only the test suite needs it: a course's own server is its own.
+	$(call apt-get,$(SANDBOX_PACKAGES))
 postgresql:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
-		echo "Installing PostgreSQL for the gradebook's tests (apt-get)"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; } || \
-		echo "Could not install postgresql: the PostgreSQL gradebook's tests will fail and say why."
+	$(call apt-get,$(POSTGRESQL_PACKAGES))
+test-packages:
+	$(call apt-get,$(CHROMIUM_PACKAGES) $(SANDBOX_PACKAGES) $(POSTGRESQL_PACKAGES))
 
 # Copy lessons that are not in the working copy yet; never overwrite the student's edits.
 working-copy:
@@ -236,7 +249,7 @@ adversarial: install sandbox
 # $(COLAB_VENV)). FAST=1 skips the browser and adversarial suites, for contributors; CI and the
 # README's command run everything. The slowest 20 tests are listed at the end, to keep an eye on.
 TEST_WORKERS ?= auto
-test: install colab-env chromium sandbox postgresql
+test: install colab-env test-packages
 	@$(if $(FAST),echo "FAST=1: skipping the browser and adversarial suites (CI runs them)")
 	CHROMIUM=$(CHROMIUM) COLAB_PYTHON="$(abspath $(COLAB_VENV))/bin/python" OMP_NUM_THREADS=1 \
 		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \

@@ -144,9 +144,10 @@ def test_make_lab_installs_only_the_lab_extra_and_shows_download_progress(tmp_pa
     commands = re.split(r"\s*(?:&&|\|\||;|\n)\s*", dry_run("install-lab", tmp_path))
     course = [c for c in commands if "pip install" in c and "-e '.[" in c]
     assert len(course) == 1 and "-e '.[lab]'" in course[0]
-    downloads = course + [c for c in commands if "pip download" in c]
-    assert len(downloads) == 2
-    assert all("--progress-bar on" in c and "--quiet" not in c for c in downloads)
+    assert "uv pip install" in course[0] and "--compile-bytecode" in course[0]
+    assert "--quiet" not in course[0] and "--no-progress" not in course[0]  # uv's progress bars
+    (download,) = [c for c in commands if "pip download" in c and "--index-url" in c]
+    assert "--progress-bar on" in download and "--quiet" not in download
 
 
 def test_ci_runs_the_readme_test_command():
