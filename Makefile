@@ -37,31 +37,6 @@ UV := $(BIN)/uv
 uv-install = $(UV) pip install --python $(1) $(COMPILE)
 COMPILE := --compile-bytecode
 
-install-lab: $(LAB_STAMP)
-install-instructor: $(INSTRUCTOR_STAMP)
-install: $(DEV_STAMP)
-
-$(VENV)/pyvenv.cfg:
-	$(PYTHON) -m venv $(VENV)
-
-$(UV): constraints.txt | $(VENV)/pyvenv.cfg
-	$(PIP) install --quiet uv==$(UV_VERSION)
-	touch $@
-
-$(LAB_STAMP): pyproject.toml constraints.txt | $(UV)
-	@echo "$(TORCH_BUILD)"
-	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python,$(TORCH_INDEX)))
-	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[lab]'
-	touch $@
-
-$(INSTRUCTOR_STAMP): $(LAB_STAMP)
-	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[instructor]'
-	touch $@
-
-$(DEV_STAMP): $(INSTRUCTOR_STAMP)
-	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[dev]'
-	touch $@
-
 # torch, at the version pinned in constraints.txt, in the build that suits this machine:
 #   Linux without an NVIDIA GPU  the CPU build from PyTorch's CPU wheel index (TORCH_INDEX)
 #   Linux with an NVIDIA GPU     PyPI's default build, for CUDA (nvidia-smi lists the GPU)
@@ -82,15 +57,45 @@ TORCH_BUILD = torch $(TORCH_VERSION): $(if $(TORCH_INDEX),the CPU build from $(T
 torch-build:
 	@echo "$(TORCH_BUILD)"
 
-# $(call install-torch,<environment's python>,<index>): the CPU build from <index>, downloaded
-# into $(WHEELS) once, with a progress bar, and installed from there. A wheel pip has without the
-# network (in $(WHEELS), or in a wheel folder of pip's own configuration) is taken first.
-define install-torch
-$(1) -m pip download --quiet --no-deps --no-index --find-links $(WHEELS) --dest $(WHEELS) \
-	torch==$(TORCH_VERSION) 2>/dev/null || \
-	$(1) -m pip download --progress-bar on --no-deps --dest $(WHEELS) --index-url $(2) torch==$(TORCH_VERSION)
-$(call uv-install,$(1)) --no-deps --no-index --find-links $(WHEELS) torch==$(TORCH_VERSION)
-endef
+# The CPU build's wheel, from $(TORCH_INDEX) (PyTorch's CPU index when that is empty), downloaded
+# into $(WHEELS) once, with a progress bar. A wheel pip has without the network (in $(WHEELS), or
+# in a wheel folder of pip's own configuration) is taken first.
+TORCH_WHEEL := $(WHEELS)/.torch-$(TORCH_VERSION)
+
+$(TORCH_WHEEL): | $(VENV)/pyvenv.cfg
+	$(PIP) download --quiet --no-deps --no-index --find-links $(WHEELS) --dest $(WHEELS) \
+		torch==$(TORCH_VERSION) 2>/dev/null || $(PIP) download --progress-bar on --no-deps \
+		--dest $(WHEELS) --index-url $(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)) torch==$(TORCH_VERSION)
+	touch $@
+
+# $(call install-torch,<environment's python>): the CPU build, from $(WHEELS).
+install-torch = $(call uv-install,$(1)) --no-deps --no-index --find-links $(WHEELS) \
+	torch==$(TORCH_VERSION)
+
+install-lab: $(LAB_STAMP)
+install-instructor: $(INSTRUCTOR_STAMP)
+install: $(DEV_STAMP)
+
+$(VENV)/pyvenv.cfg:
+	$(PYTHON) -m venv $(VENV)
+
+$(UV): constraints.txt | $(VENV)/pyvenv.cfg
+	$(PIP) install --quiet uv==$(UV_VERSION)
+	touch $@
+
+$(LAB_STAMP): pyproject.toml constraints.txt | $(UV) $(if $(TORCH_INDEX),$(TORCH_WHEEL))
+	@echo "$(TORCH_BUILD)"
+	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python))
+	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[lab]'
+	touch $@
+
+$(INSTRUCTOR_STAMP): $(LAB_STAMP)
+	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[instructor]'
+	touch $@
+
+$(DEV_STAMP): $(INSTRUCTOR_STAMP)
+	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[dev]'
+	touch $@
 
 # The Colab-pinned test environment: Colab's versions of ipywidgets (7.7.1), numpy, matplotlib,
 # tqdm and the IPython kernel (tests/colab/constraints.txt says where they come from, and what
@@ -108,8 +113,8 @@ $(COLAB_VENV)/pyvenv.cfg: $(COLAB_PINS)
 	$(PYTHON) -m venv $(COLAB_VENV)
 
 $(COLAB_STAMP): COMPILE :=
-$(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV)
-	$(call install-torch,$(COLAB_VENV)/bin/python,$(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)))
+$(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV) $(TORCH_WHEEL)
+	$(call install-torch,$(COLAB_VENV)/bin/python)
 	$(call uv-install,$(COLAB_VENV)/bin/python) -c $(COLAB_PINS) -e . ipykernel nbclient pytest
 	touch $@
 
@@ -248,8 +253,11 @@ adversarial: install sandbox
 # fight over the cores. Every lesson also runs under Colab's pins (tests/test_colab_pinned.py, in
 # $(COLAB_VENV)). FAST=1 skips the browser and adversarial suites, for contributors; CI and the
 # README's command run everything. The slowest 20 tests are listed at the end, to keep an eye on.
+# What the suite needs is installed side by side (the Debian packages while uv installs), each
+# part's output shown when it is done.
 TEST_WORKERS ?= auto
-test: install colab-env test-packages
+test:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target install colab-env test-packages
 	@$(if $(FAST),echo "FAST=1: skipping the browser and adversarial suites (CI runs them)")
 	CHROMIUM=$(CHROMIUM) COLAB_PYTHON="$(abspath $(COLAB_VENV))/bin/python" OMP_NUM_THREADS=1 \
 		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \

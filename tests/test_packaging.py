@@ -90,7 +90,7 @@ def test_the_instructor_and_developer_extras_have_their_tools():
 def dry_run(target: str, tmp_path: Path, uname: str = "Linux", gpus: int = 0,
             **variables: str) -> str:
     """The commands `make -n <target>` would run for a fresh environment on a machine whose
-    `uname -s` and `nvidia-smi -L` are stand-ins."""
+    `uname -s` and `nvidia-smi -L` are stand-ins, one per line."""
     stand_ins = tmp_path / "bin"
     stand_ins.mkdir(exist_ok=True)
     gpu_lines = "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'\n" for i in range(gpus))
@@ -106,7 +106,7 @@ def dry_run(target: str, tmp_path: Path, uname: str = "Linux", gpus: int = 0,
          f"VENV={tmp_path / 'venv'}", f"WHEELS={tmp_path / 'wheels'}"]
         + [f"{name}={value}" for name, value in variables.items()],
         capture_output=True, text=True, env=env, check=True)
-    return result.stdout
+    return re.sub(r"\\\n\s*", " ", result.stdout)  # a recipe's continued lines joined
 
 
 def torch_download(commands: str) -> str | None:
