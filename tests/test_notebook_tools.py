@@ -1,7 +1,6 @@
 """The tests' notebook client looks for a kernel's reply in short polls, so a wake-up that
 zmq.asyncio misses costs at most one of them instead of the whole cell timeout."""
 
-import asyncio
 from queue import Empty
 
 import pytest
@@ -25,8 +24,15 @@ class MissedWakeUp:
 
 
 def run(channel: MissedWakeUp, timeout: float | None, monkeypatch) -> dict:
+    """The sliced get_msg, driven by hand: the fake channel never waits, so neither does it
+    (and the test needs no event loop of its own beside whatever the suite left running)."""
     monkeypatch.setattr("notebook_tools.time.monotonic", lambda: channel.clock)
-    return asyncio.run(in_slices(channel.get_msg, every_s=1.0)(timeout=timeout))
+    waiting = in_slices(channel.get_msg, every_s=1.0)(timeout=timeout)
+    try:
+        waiting.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("get_msg waited for something")
 
 
 def test_a_reply_missed_by_the_wake_up_is_found_within_a_second(monkeypatch):
