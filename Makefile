@@ -27,15 +27,17 @@ PORT ?= 8888
 #   install             + pytest, nbval, Playwright, psutil, ruff: make test, lint, bench, adversarial
 # Packages are installed by uv (pinned in constraints.txt, put into $(VENV) by pip first): it
 # downloads in parallel and installs in seconds what pip takes minutes for. Every file is compiled
-# to bytecode at install time, as pip does, since the grading sandbox reads $(VENV) read-only.
+# to bytecode at install time, as pip does: the grading sandbox reads $(VENV) read-only, and where
+# PYTHONDONTWRITEBYTECODE is set nothing is compiled later (torch imports in 2.8 s instead of 1.4).
+# The packages in excludes.txt are left out of $(VENV) (it says why).
 LAB_STAMP := $(VENV)/.installed-lab
 INSTRUCTOR_STAMP := $(VENV)/.installed-instructor
 DEV_STAMP := $(VENV)/.installed-dev
 UV_VERSION := $(shell sed -n 's/^uv==//p' constraints.txt)
 UV := $(BIN)/uv
 # $(call uv-install,<environment's python>) <what to install>
-uv-install = $(UV) pip install --python $(1) $(COMPILE)
-COMPILE := --compile-bytecode
+uv-install = $(UV) pip install --python $(1) --compile-bytecode $(EXCLUDES)
+EXCLUDES := --excludes excludes.txt
 
 # torch, at the version pinned in constraints.txt, in the build that suits this machine:
 #   Linux without an NVIDIA GPU  the CPU build from PyTorch's CPU wheel index (TORCH_INDEX)
@@ -83,10 +85,11 @@ $(UV): constraints.txt | $(VENV)/pyvenv.cfg
 	$(PIP) install --quiet uv==$(UV_VERSION)
 	touch $@
 
-$(LAB_STAMP): pyproject.toml constraints.txt | $(UV) $(if $(TORCH_INDEX),$(TORCH_WHEEL))
+$(LAB_STAMP): pyproject.toml constraints.txt excludes.txt | $(UV) $(if $(TORCH_INDEX),$(TORCH_WHEEL))
 	@echo "$(TORCH_BUILD)"
 	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python))
 	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[lab]'
+	$(UV) pip uninstall --quiet --python $(BIN)/python -r excludes.txt  # from an older .venv
 	touch $@
 
 $(INSTRUCTOR_STAMP): $(LAB_STAMP)
@@ -101,7 +104,7 @@ $(DEV_STAMP): $(INSTRUCTOR_STAMP)
 # tqdm and the IPython kernel (tests/colab/constraints.txt says where they come from, and what
 # differs), with the course package; `make test` runs every lesson in it (tests/colab/lessons.py).
 # Rebuilt from scratch only when its pins change; its torch is the CPU build, from $(WHEELS).
-# Never sandboxed, so its kernels compile what they import on first use.
+# Colab's packages as they are, none left out.
 COLAB_VENV ?= .venv-colab
 COLAB_PINS := tests/colab/constraints.txt
 COLAB_STAMP := $(COLAB_VENV)/.installed
@@ -112,7 +115,7 @@ $(COLAB_VENV)/pyvenv.cfg: $(COLAB_PINS)
 	rm -rf $(COLAB_VENV)
 	$(PYTHON) -m venv $(COLAB_VENV)
 
-$(COLAB_STAMP): COMPILE :=
+$(COLAB_STAMP): EXCLUDES :=
 $(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV) $(TORCH_WHEEL)
 	$(call install-torch,$(COLAB_VENV)/bin/python)
 	$(call uv-install,$(COLAB_VENV)/bin/python) -c $(COLAB_PINS) -e . ipykernel nbclient pytest
