@@ -22,14 +22,15 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from .results import Outcome, Result
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Lessons = Mapping[str, Sequence[tuple[str, float]]]
 # (student, lesson) -> the gradebook's view of it (grader.gradebook.Standing: score, final,
@@ -170,19 +171,28 @@ def plot_label(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def png_data_uri(figure: Figure) -> str:
+def new_figure(width: float, height: float) -> "Figure":
+    """A matplotlib figure with constrained layout. matplotlib is imported here, when a figure
+    is drawn: 0.8 s that `grade` and every command but report and feedback skip."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def png_data_uri(figure: "Figure") -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def score_distribution_figure(results: list[Result], lessons: Lessons,
-                              grades: Grades | None = None) -> Figure:
+                              grades: Grades | None = None) -> "Figure":
     """One histogram per lesson of its submissions' scores, as a percentage of the maximum."""
     names = lesson_names(results, lessons)
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
-    figure = Figure(figsize=(4 * columns, 2.8 * rows), layout="constrained")
+    figure = new_figure(4 * columns, 2.8 * rows)
+    from matplotlib import ticker
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
     for ax, lesson in zip(axes, names, strict=False):
         submitted = [r for r in results if r.lesson == lesson]
@@ -195,8 +205,8 @@ def score_distribution_figure(results: list[Result], lessons: Lessons,
             ax.text(0.5, 0.5, "no submissions", ha="center", va="center",
                     transform=ax.transAxes, color="#888")
         ax.set_xlim(0, 100)
-        ax.xaxis.set_major_formatter(PercentFormatter())
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_formatter(ticker.PercentFormatter())
+        ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
         ax.set_xlabel("score")
         ax.set_ylabel("submissions")
     for ax in axes[len(names):]:
@@ -204,9 +214,10 @@ def score_distribution_figure(results: list[Result], lessons: Lessons,
     return figure
 
 
-def pass_rate_figure(rates: list[tuple[str, str, int, int]]) -> Figure:
+def pass_rate_figure(rates: list[tuple[str, str, int, int]]) -> "Figure":
     """Horizontal bars, one per exercise in notebook order, coloured by lesson."""
-    figure = Figure(figsize=(9, 0.32 * len(rates) + 1.6), layout="constrained")
+    figure = new_figure(9, 0.32 * len(rates) + 1.6)
+    from matplotlib import ticker
     ax = figure.subplots()
     positions = np.arange(len(rates))
     lessons = list(dict.fromkeys(lesson for lesson, *_ in rates))
@@ -219,20 +230,21 @@ def pass_rate_figure(rates: list[tuple[str, str, int, int]]) -> Figure:
     ax.set_yticks(positions, [plot_label(exercise_name(grade_id)) for _, grade_id, *_ in rates])
     ax.invert_yaxis()
     ax.set_xlim(0, 1.1)
-    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.xaxis.set_major_formatter(ticker.PercentFormatter(1.0))
     ax.set_xlabel("graded submissions that pass")
     figure.legend(loc="outside upper center", ncols=min(3, len(lessons)), frameon=False)
     return figure
 
 
-def mistakes_figure(mistakes: list[tuple[str, int, Counter]]) -> Figure:
-    figure = Figure(figsize=(9, 0.32 * len(mistakes) + 1.2), layout="constrained")
+def mistakes_figure(mistakes: list[tuple[str, int, Counter]]) -> "Figure":
+    figure = new_figure(9, 0.32 * len(mistakes) + 1.2)
+    from matplotlib import ticker
     ax = figure.subplots()
     positions = np.arange(len(mistakes))
     ax.barh(positions, [times for _, times, _ in mistakes], color="#c05050")
     ax.set_yticks(positions, [plot_label(mistake) for mistake, _, _ in mistakes])
     ax.invert_yaxis()
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_xlabel("times diagnosed")
     return figure
 
