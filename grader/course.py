@@ -19,6 +19,8 @@ import nbformat
 from attention_course import lessons
 from attention_course.checks import CHECKS
 
+from . import syntax
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, RELEASE = ROOT / "solutions", ROOT / "notebooks"
 COURSE_ID = "attention-step-by-step"
@@ -66,7 +68,7 @@ def nbgrader_metadata(cell) -> dict:
 def check_calls(source: str, where: str) -> tuple[CheckCall, ...]:
     """The check calls of a graded cell; GradedCellError for anything else in it."""
     try:
-        statements = ast.parse(source).body
+        statements = syntax.parse(source).body
     except SyntaxError as err:
         raise GradedCellError(f"{where}: not valid Python ({err.msg}, line {err.lineno})") from None
     calls = []

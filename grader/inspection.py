@@ -22,6 +22,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from attention_course import lessons
 from attention_course.checks import CHECKS
 
+from . import syntax
 from .course import Lesson, nbgrader_metadata
 from .demo import solution_sources
 from .submissions import released_source
@@ -93,7 +94,7 @@ def _answer_name(definition: ast.FunctionDef) -> str:
 def _parse(source: str) -> ast.Module | None:
     """The cell's syntax tree, each node knowing its ``parent``; None if it does not parse."""
     try:
-        tree = ast.parse(TransformerManager().transform_cell(source))
+        tree = syntax.parse(TransformerManager().transform_cell(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the kernel reports it; there is nothing to read
     for node in ast.walk(tree):
@@ -233,7 +234,7 @@ def _reference_tokens(lesson: str) -> dict[str, list[str]]:
             obj = getattr(importlib.import_module(f"attention_course.{module}"), name)
             if inspect.isclass(obj):
                 obj, name = obj.forward, f"{name}.forward"
-            tree = ast.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
+            tree = syntax.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
             found[name] = _tokens(tree)
     return found
 

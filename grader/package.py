@@ -21,6 +21,8 @@ from pathlib import Path
 import attention_course
 from attention_course import lessons
 
+from . import syntax
+
 SOURCE = Path(attention_course.__file__).parent
 STUDENT_SIDE = ("observing.py", "harness.py", "wire.py", "shortcuts.py")
 UTILITIES = ("__init__", "device", "viz")
@@ -92,7 +94,7 @@ def cut_down(source: str, names: set[str] | None, forbidden: set[str], present: 
     """``source`` reduced to ``names`` and the top-level definitions they need (all of it when
     ``names`` is None); PackageError if that includes a ``forbidden`` name or imports a module
     of the package that is not ``present``."""
-    tree = ast.parse(source)
+    tree = syntax.parse(source)
     defined = {name: statement for statement in tree.body for name in _defines(statement)}
     keep = set(defined) - {n for n, s in defined.items() if _is_import(s)} if names is None \
         else set(names)
