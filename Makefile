@@ -15,8 +15,8 @@ WORK ?= work
 PORT ?= 8888
 
 .PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox postgresql \
-	test-packages lab working-copy exchange formgrader release collect grade feedback report demo adversarial test bench \
-	lint clean
+	test-packages lab working-copy exchange formgrader release collect grade feedback report demo \
+	adversarial test bench lint clean
 
 # --- Installing -------------------------------------------------------------------------------
 # One environment, $(VENV), installed in layers, each only when pyproject.toml or constraints.txt
@@ -134,21 +134,22 @@ CHROMIUM ?= /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 CHROMIUM_PACKAGES = $(if $(wildcard $(CHROMIUM)),,chromium chromium-driver)
 SANDBOX_PACKAGES = $(if $(shell command -v bwrap),,bubblewrap)
-POSTGRESQL_PACKAGES = $(if $(wildcard /usr/lib/postgresql/*/bin/initdb)$(shell command -v initdb),,postgresql)
+POSTGRESQL_PACKAGES = $(if $(wildcard /usr/lib/postgresql/*/bin/initdb)$(shell command -v initdb),,\
+	postgresql)
 
-# $(call apt-get,<packages, may be none>)
-apt-get = $(if $(strip $(1)),@echo "Installing $(strip $(1)) (apt-get)"; { $(SUDO) apt-get update -qq && \
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(1); } || \
-	echo "Could not install $(strip $(1)): what needs them will fail and say why.")
+# $(call apt-install,<packages, may be none>)
+apt-install = $(if $(strip $(1)),@echo "Installing $(strip $(1)) (apt-get)"; { \
+	$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(1); \
+	} || echo "Could not install $(strip $(1)): what needs them will fail and say why.")
 
 chromium:
-	$(call apt-get,$(CHROMIUM_PACKAGES))
+	$(call apt-install,$(CHROMIUM_PACKAGES))
 sandbox:
-	$(call apt-get,$(SANDBOX_PACKAGES))
+	$(call apt-install,$(SANDBOX_PACKAGES))
 postgresql:
-	$(call apt-get,$(POSTGRESQL_PACKAGES))
+	$(call apt-install,$(POSTGRESQL_PACKAGES))
 test-packages:
-	$(call apt-get,$(CHROMIUM_PACKAGES) $(SANDBOX_PACKAGES) $(POSTGRESQL_PACKAGES))
+	$(call apt-install,$(CHROMIUM_PACKAGES) $(SANDBOX_PACKAGES) $(POSTGRESQL_PACKAGES))
 
 # Copy lessons that are not in the working copy yet; never overwrite the student's edits.
 working-copy:
