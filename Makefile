@@ -251,15 +251,16 @@ demo: install-instructor sandbox
 adversarial: install sandbox
 	$(BIN)/python tests/adversarial/suite.py
 
-# The whole suite, on every core: pytest-xdist, each test module whole on one worker (what it
-# builds once is built once; a notebook's cells share one kernel), modules in collection order
-# (the slow suites first), and one torch thread per process, so that two workers' kernels do not
-# fight over the cores. Every lesson also runs under Colab's pins (tests/test_colab_pinned.py, in
+# The whole suite, on every core: pytest-xdist with one worker more than the cores (a worker
+# waits on kernels, servers and timeouts part of the time: 2 cores, one full run each way, 384 s
+# with 2 workers, 349 s with 3), each test module whole on one worker (what it builds once is
+# built once; a notebook's cells share one kernel), modules in collection order (the slow suites
+# first), and one torch thread per process, so that workers' kernels do not fight over the cores. Every lesson also runs under Colab's pins (tests/test_colab_pinned.py, in
 # $(COLAB_VENV)). FAST=1 skips the browser and adversarial suites, for contributors; CI and the
 # README's command run everything. The slowest 20 tests are listed at the end, to keep an eye on.
 # What the suite needs is installed side by side (the Debian packages while uv installs), each
 # part's output shown when it is done.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target install colab-env test-packages
 	@$(if $(FAST),echo "FAST=1: skipping the browser and adversarial suites (CI runs them)")
