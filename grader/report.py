@@ -188,11 +188,12 @@ def png_data_uri(figure: "Figure") -> str:
 def score_distribution_figure(results: list[Result], lessons: Lessons,
                               grades: Grades | None = None) -> "Figure":
     """One histogram per lesson of its submissions' scores, as a percentage of the maximum."""
+    from matplotlib import ticker  # see new_figure
+
     names = lesson_names(results, lessons)
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
     figure = new_figure(4 * columns, 2.8 * rows)
-    from matplotlib import ticker
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
     for ax, lesson in zip(axes, names, strict=False):
         submitted = [r for r in results if r.lesson == lesson]
@@ -216,8 +217,9 @@ def score_distribution_figure(results: list[Result], lessons: Lessons,
 
 def pass_rate_figure(rates: list[tuple[str, str, int, int]]) -> "Figure":
     """Horizontal bars, one per exercise in notebook order, coloured by lesson."""
+    from matplotlib import ticker  # see new_figure
+
     figure = new_figure(9, 0.32 * len(rates) + 1.6)
-    from matplotlib import ticker
     ax = figure.subplots()
     positions = np.arange(len(rates))
     lessons = list(dict.fromkeys(lesson for lesson, *_ in rates))
@@ -237,8 +239,9 @@ def pass_rate_figure(rates: list[tuple[str, str, int, int]]) -> "Figure":
 
 
 def mistakes_figure(mistakes: list[tuple[str, int, Counter]]) -> "Figure":
+    from matplotlib import ticker  # see new_figure
+
     figure = new_figure(9, 0.32 * len(mistakes) + 1.2)
-    from matplotlib import ticker
     ax = figure.subplots()
     positions = np.arange(len(mistakes))
     ax.barh(positions, [times for _, times, _ in mistakes], color="#c05050")
