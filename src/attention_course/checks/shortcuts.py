@@ -22,7 +22,8 @@ class Forbidden:
     builtin_names: frozenset[str] = frozenset()
     function_names: frozenset[str] = frozenset()  # "module.Class.method"
 
-    def forbids_builtin(self, name) -> bool:
+    def forbids_builtin(self, name: object) -> bool:
+        """Whether a torch built-in called ``name`` is forbidden (None for a nameless one)."""
         return isinstance(name, str) and any(part in name for part in self.builtin_names)
 
     @property
