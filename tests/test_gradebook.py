@@ -177,11 +177,17 @@ def recorded_count(workspace: Workspace) -> int:
         return 0
 
 
+SLEEPER, SLEEP = "zzz", "import time\ntime.sleep(60)"  # graded last: names are sorted
+
+
 def test_ctrl_c_in_a_running_batch_loses_nothing(graded, tmp_path):
     """SIGINT to `python -m grader grade` once the first submission is in the gradebook: every
-    result file it leaves is in the gradebook, and grading again completes the same gradebook."""
+    result file it leaves is in the gradebook, and grading again completes the same gradebook.
+    A last submission that sleeps holds the batch up, so the signal always finds it running
+    (the class alone may be graded before its first row is written); it is withdrawn before
+    grading again."""
     workspace = Workspace(tmp_path / "course")
-    write_class(workspace)
+    write_class(workspace, CLASS | {SLEEPER: (student_notebook(LESSON, ANSWERS, SLEEP), None)})
     command = [sys.executable, "-m", "grader", "--workspace", str(workspace.root), "grade",
                "--workers", "1"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
@@ -195,8 +201,10 @@ def test_ctrl_c_in_a_running_batch_loses_nothing(graded, tmp_path):
     assert process.returncode == 130, output
     assert "run grade again to go on where it stopped" in output
     recorded = rows(workspace)
+    assert (SLEEPER, LESSON) not in recorded
     for result in workspace.results.glob(f"*/{LESSON}.json"):
         assert (result.parent.name, LESSON) in recorded, f"{result} is not in the gradebook"
+    shutil.rmtree(workspace.submitted / SLEEPER)
     assert grade(workspace) == 0
     assert rows(workspace) == rows(graded)
 
