@@ -1,10 +1,11 @@
 """The course in a real browser: JupyterLab servers started as a student or an instructor would,
 driven through Debian's chromium by Playwright (which never downloads a browser of its own).
 
-Each test module starts one JupyterLab server (`lab_servers`), all share one browser, and every
-test gets a fresh tab. Screenshots go to a
-`screenshots` folder under pytest's temporary directory (its path is printed at the end of the
-run); with UPDATE_SCREENSHOTS=1 the README's screenshot is written to docs/ as well.
+Each test module starts one JupyterLab server (`lab_servers`), all share one browser, and a test
+gets a fresh tab (`page`) unless its module keeps one JupyterLab open from test to test.
+Screenshots go to a `screenshots` folder under pytest's temporary directory (its path is printed
+at the end of the run); with UPDATE_SCREENSHOTS=1 the README's screenshot is written to docs/ as
+well.
 """
 
 import contextlib

@@ -2,6 +2,7 @@
 run it from the Run menu, and read what the page shows."""
 
 import re
+import time
 
 from playwright.sync_api import Locator, Page, expect
 
@@ -33,10 +34,14 @@ class Notebook:
         self.cells = page.locator(".jp-Notebook .jp-Cell")
 
     @classmethod
-    def open(cls, page: Page, link: str, n_cells: int) -> "Notebook":
-        """Open ``link`` and wait until all ``n_cells`` cells are on the page (JupyterLab adds
-        them in batches)."""
-        page.goto(link)
+    def open(cls, page: Page, path: str, n_cells: int) -> "Notebook":
+        """Open the notebook at ``path`` (relative to the server's root) with File > Open from
+        Path in the JupyterLab ``page`` shows, and wait until all ``n_cells`` cells are on the
+        page (JupyterLab adds them in batches)."""
+        open_menu_item(page, "File", "Open from Path…")
+        field = page.locator(".jp-Dialog input")
+        field.fill(path)
+        field.press("Enter")
         page.wait_for_function("n => document.querySelectorAll('.jp-Notebook .jp-Cell').length"
                                " === n", arg=n_cells, timeout=60_000)
         return cls(page)
@@ -78,9 +83,29 @@ def open_menu_item(page: Page, menu: str, item: str) -> None:
     page.get_by_role("menuitem", name=item, exact=True).click()
 
 
+def wait_until_booted(page: Page) -> None:
+    """Wait until the JupyterLab ``page`` went to has its menu bar."""
+    expect(page.get_by_role("menuitem", name="File", exact=True)).to_be_visible(timeout=60_000)
+
+
+def close_all_tabs(page: Page, timeout_s: float = 10) -> None:
+    """File > Close All Tabs, discarding unsaved changes."""
+    open_menu_item(page, "File", "Close All Tabs")
+    discard = page.locator(".jp-Dialog").get_by_role("button", name="Discard")
+    deadline = time.monotonic() + timeout_s
+    while page.locator(".jp-Notebook").count():
+        assert time.monotonic() < deadline, f"a notebook still open {timeout_s} s after Close All"
+        if discard.count():
+            discard.first.click()
+        page.wait_for_timeout(100)
+
+
 def hide_file_browser(page: Page) -> None:
-    """Collapse the left sidebar (click its open tab), so the main area fills the window."""
-    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
+    """Collapse the left sidebar (click its open tab, if any), so the main area fills the
+    window."""
+    opened = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
+    if opened.count():
+        opened.click()
     expect(page.locator("#jp-left-stack")).to_be_hidden()
 
 

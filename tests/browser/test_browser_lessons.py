@@ -5,9 +5,10 @@ import re
 import shutil
 
 import pytest
-from lab_pages import Notebook, hide_file_browser, move_slider
+from lab_pages import Notebook, close_all_tabs, hide_file_browser, move_slider, wait_until_booted
 from notebook_tools import NOTEBOOKS, SOLUTIONS, lessons, read
-from playwright.sync_api import expect
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LESSONS = lessons()
@@ -25,16 +26,41 @@ def lab(lab_servers, tmp_path_factory):
     return lab_servers.make_lab(root)
 
 
+@pytest.fixture(scope="module")
+def lab_page(lab, browser):
+    """``lab_page()``: a browser tab with that JupyterLab open, as a student keeps it open from
+    lesson to lesson (JupyterLab boots once, not once per test); a new one after a test that
+    could not close its notebook."""
+    tabs = []
+
+    def current() -> Page:
+        if not tabs or tabs[-1].is_closed():
+            tabs.append(browser.new_page())
+            tabs[-1].goto(lab.link())
+            wait_until_booted(tabs[-1])
+        return tabs[-1]
+
+    yield current
+    for tab in tabs:
+        if not tab.is_closed():
+            tab.close()
+
+
 @pytest.fixture
-def open_lesson(lab, page):
-    """``open_lesson(folder, lesson)`` opens one lesson's notebook in a fresh tab; its kernel
-    is shut down after the test."""
+def open_lesson(lab, lab_page):
+    """``open_lesson(folder, lesson)`` opens one lesson's notebook in the JupyterLab tab; after
+    the test it is closed unsaved and its kernel shut down."""
+    page = lab_page()
 
     def open_(folder, lesson: str) -> Notebook:
         cells = read(folder, lesson).cells
-        return Notebook.open(page, lab.link(f"{folder.name}/{lesson}/{lesson}.ipynb"), len(cells))
+        return Notebook.open(page, f"{folder.name}/{lesson}/{lesson}.ipynb", len(cells))
 
     yield open_
+    try:
+        close_all_tabs(page)
+    except (PlaywrightError, AssertionError):  # a dialog in the way, say: a fresh tab next
+        page.close()
     lab.shut_down_kernels()
 
 
