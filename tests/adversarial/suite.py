@@ -314,16 +314,24 @@ def gradebook_problems(workspace: Workspace, before: dict[str, tuple]) -> list[s
     return problems
 
 
-def surviving_processes(since: float) -> list[str]:
+def surviving_processes(since: float, recheck_s: float = 1.0) -> list[str]:
     """Processes an attack may have left: started during the suite in another PID namespace
-    or below this process, or carrying the attacks' marker. Processes of a sibling of this
+    or below this process, or carrying the attacks' marker, and still running ``recheck_s``
+    later (a process that is ending, or a zombie, cannot act). Processes of a sibling of this
     process (another test session running beside it, e.g. a pytest-xdist worker) are theirs."""
+    first = _suspects(since)
+    time.sleep(recheck_s)
+    again = {line.split(":")[0] for line in _suspects(since)}
+    return [line for line in first if line.split(":")[0] in again]
+
+
+def _suspects(since: float) -> list[str]:
     me = psutil.Process()
     mine, own_namespace = {p.pid for p in me.children(recursive=True)}, _pid_namespace("self")
     siblings = {p.pid for p in me.parent().children()} - {me.pid} if me.parent() else set()
     found = []
-    for process in psutil.process_iter(["pid", "create_time", "cmdline"]):
-        if process.pid == me.pid:
+    for process in psutil.process_iter(["pid", "create_time", "cmdline", "status"]):
+        if process.pid == me.pid or process.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         command = " ".join(process.info["cmdline"] or [])
         recent = (process.info["create_time"] or 0) >= since
