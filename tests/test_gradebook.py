@@ -177,6 +177,12 @@ def recorded_count(workspace: Workspace) -> int:
         return 0
 
 
+def pressable_ctrl_c() -> None:
+    """SIGINT as a terminal leaves it to the command it starts (a suite started in the
+    background, by a non-interactive shell, passes it on ignored, and Python keeps it so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SLEEPER, SLEEP = "zzz", "import time\ntime.sleep(60)"  # graded last: names are sorted
 
 
@@ -191,7 +197,7 @@ def test_ctrl_c_in_a_running_batch_loses_nothing(graded, tmp_path):
     command = [sys.executable, "-m", "grader", "--workspace", str(workspace.root), "grade",
                "--workers", "1"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True, preexec_fn=pressable_ctrl_c)
     deadline = time.monotonic() + 300
     while not recorded_count(workspace):
         assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
