@@ -280,7 +280,8 @@ adversarial: install sandbox
 # and bytecode written for every module the first time it is imported (the rest of what the
 # installs did not compile). Every lesson also runs under Colab's pins
 # (tests/test_colab_pinned.py, in $(COLAB_VENV)). FAST=1 skips the browser and adversarial
-# suites, for contributors; CI and the README's command run everything. The slowest 20 tests are listed at the end, to keep an eye on.
+# suites, for contributors; CI and the README's command run everything. The slowest 20 tests
+# are listed at the end, to keep an eye on.
 # What the suite needs is installed side by side (the Debian packages while uv installs), each
 # part's output shown when it is done.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
