@@ -43,16 +43,15 @@ UV := $(BIN)/uv
 # $(call uv-install,<environment's python>) <what to install>
 uv-install = $(UV) pip install --python $(1) $(EXCLUDES)
 EXCLUDES := --excludes excludes.txt
-# $(call compile-imports,<environment's python>,<modules>)
+# $(call compile-imports,<environment's python>,<modules, comma-separated>)
 # (debugpy, which the kernel imports, would warn that frozen modules hide breakpoints)
-compile-imports = PYTHONDONTWRITEBYTECODE= PYDEVD_DISABLE_FILE_VALIDATION=1 $(1) \
-	-c 'import $(subst $(space),$(comma) ,$(strip $(2)))'
-space := $(subst ,, )
-comma := ,
-LAB_IMPORTS := torch torch._dynamo matplotlib.pyplot IPython ipykernel.kernelapp ipywidgets \
-	tqdm.auto jupyterlab.labapp attention_course.checks
-INSTRUCTOR_IMPORTS := nbgrader.apps grader.cli
-DEV_IMPORTS := pytest xdist nbval.plugin playwright.sync_api distributed psutil
+compile-imports = PYTHONDONTWRITEBYTECODE= PYDEVD_DISABLE_FILE_VALIDATION=1 $(1) -c 'import $(2)'
+LAB_IMPORTS := torch, torch._dynamo, matplotlib.pyplot, IPython, ipykernel.kernelapp, \
+	ipywidgets, tqdm.auto, jupyterlab.labapp, attention_course.checks
+INSTRUCTOR_IMPORTS := nbgrader.apps, grader.cli
+DEV_IMPORTS := pytest, xdist, nbval.plugin, playwright.sync_api, distributed, psutil
+COLAB_IMPORTS := torch, matplotlib.pyplot, ipykernel.kernelapp, ipywidgets, tqdm.auto, nbclient, \
+	pytest, attention_course.checks
 
 # torch, at the version pinned in constraints.txt, in the build that suits this machine:
 #   Linux without an NVIDIA GPU  the CPU build from PyTorch's CPU wheel index (TORCH_INDEX)
@@ -138,8 +137,7 @@ $(COLAB_STAMP): EXCLUDES :=
 $(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV) $(TORCH_WHEEL)
 	$(call install-torch,$(COLAB_VENV)/bin/python)
 	$(call uv-install,$(COLAB_VENV)/bin/python) -c $(COLAB_PINS) -e . ipykernel nbclient pytest
-	$(call compile-imports,$(COLAB_VENV)/bin/python,torch matplotlib.pyplot ipykernel.kernelapp \
-		ipywidgets tqdm.auto nbclient pytest attention_course.checks)
+	$(call compile-imports,$(COLAB_VENV)/bin/python,$(COLAB_IMPORTS))
 	touch $@
 
 # Debian packages, each installed with apt-get the first time a target needs it (one apt-get

@@ -94,7 +94,7 @@ def kill_kernel_named(name: str, stop: threading.Event, killed: list) -> None:
                 process.send_signal(signal.SIGKILL)
                 killed.append(process.pid)
                 return
-        time.sleep(0.25)  # a scan of every process costs about 10 ms; the kernel sleeps 60 s
+        time.sleep(0.25)  # a scan of every process takes milliseconds; the kernel sleeps 60 s
 
 
 @pytest.fixture(scope="module")
