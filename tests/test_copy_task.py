@@ -303,7 +303,7 @@ def copy_model() -> nn.Module:
 def test_check_copy_accuracy_passes_a_trained_model(copy_model, seed, capsys):
     for mode in (True, False):
         copy_model.train(mode)
-        check_copy_accuracy(copy_model, greedy_decode, seed=seed)
+        check_copy_accuracy(copy_model, seed=seed)
         assert capsys.readouterr().out == "ok: copy_accuracy passed 1 check\n"
         assert copy_model.training == mode, "the check left the student's model in another mode"
 
@@ -311,20 +311,12 @@ def test_check_copy_accuracy_passes_a_trained_model(copy_model, seed, capsys):
 def test_check_copy_accuracy_fails_an_untrained_model():
     with pytest.raises(AssertionError, match=r"copies \d+\.\d% of 1000 held-out sequences "
                                              r"exactly; it needs 99%\. Did training reach"):
-        check_copy_accuracy(lesson_model(), greedy_decode)
-
-
-def test_check_copy_accuracy_measures_the_model_not_only_the_decoding():
-    def copies_the_prompt(model, prompt, n_new):  # right answers, without the model
-        return prompt[:, :n_new]
-
-    with pytest.raises(AssertionError, match="teacher-forced sequence accuracy"):
-        check_copy_accuracy(lesson_model(), copies_the_prompt)
+        check_copy_accuracy(lesson_model())
 
 
 class PostNormBlock(DecoderBlock):
     """Trains well, but is not the lesson's block: the same weights in a pre-norm block copy
-    nothing."""
+    fewer sequences (80% with seeds 1, 98% with seeds 0: too close to 99% to test on)."""
 
     def forward(self, x):
         attended, weights = self.attn(x)
@@ -332,15 +324,31 @@ class PostNormBlock(DecoderBlock):
         return self.mlp_norm(x + self.mlp(x)), weights
 
 
+class BlockThatReadsAhead(DecoderBlock):
+    """Without the causal mask, position t reads the token it must predict, at t + 1: measured
+    one forward pass over the true sequences, it copies everything, and would decode nothing."""
+
+    def forward(self, x):
+        normed = self.attn_norm(x)
+        attended, weights = self.attn.attn(normed, normed, normed)
+        x = x + attended
+        return x + self.mlp(self.mlp_norm(x)), weights
+
+
 @pytest.mark.slow
-def test_check_copy_accuracy_runs_the_weights_through_the_lessons_block():
+@pytest.mark.parametrize("block", [PostNormBlock, BlockThatReadsAhead],
+                         ids=["post-norm", "reads ahead"])
+def test_check_copy_accuracy_runs_the_weights_through_the_lessons_block(block):
     task = CopyTask(seq_len=10, vocab_size=10)
-    torch.manual_seed(0)
-    model = DecoderOnlyTransformer(task.n_tokens, task.context_len, block=PostNormBlock)
-    history = train(model, task, copy_task_loss, TrainConfig(max_steps=600), progress=False)
+    torch.manual_seed(1)
+    model = DecoderOnlyTransformer(task.n_tokens, task.context_len, block=block)
+    history = train(model, task, copy_task_loss, TrainConfig(max_steps=600, seed=1),
+                    progress=False)
     assert history.reached_target
-    with pytest.raises(AssertionError, match="computes something else than the pre-norm block"):
-        check_copy_accuracy(model, greedy_decode)
+    with pytest.raises(AssertionError, match=r"in the course's pre-norm block the model copies "
+                                             r"\d+\.\d% .* \(in yours: \d+\.\d%\): your "
+                                             r"DecoderBlock computes something else"):
+        check_copy_accuracy(model)
 
 
 @pytest.mark.slow
@@ -351,12 +359,12 @@ def test_check_copy_accuracy_accepts_a_longer_position_table(copy_model):
     table = longer.state_dict()["embed.position"].clone()
     table[:20] = state["embed.position"]
     longer.load_state_dict(state | {"embed.position": table})
-    check_copy_accuracy(longer, greedy_decode)
+    check_copy_accuracy(longer)
 
 
 def test_check_copy_accuracy_wants_the_lessons_model():
     with pytest.raises(AssertionError, match="expected the lesson's DecoderOnlyTransformer"):
-        check_copy_accuracy(nn.Linear(2, 2), greedy_decode)
+        check_copy_accuracy(nn.Linear(2, 2))
 
 
 def test_a_forged_record_of_huge_sizes_allocates_nothing_before_its_weights_match():

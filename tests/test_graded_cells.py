@@ -21,9 +21,9 @@ def test_check_calls_are_read_whatever_their_layout(source):
     assert check_calls(source, "cell") == (CheckCall("check_softmax", ("softmax",), 1),)
 
 
-def test_calls_with_several_targets_and_the_default_seed():
-    assert check_calls("check_copy_accuracy(model, greedy_decode)", "cell") == (
-        CheckCall("check_copy_accuracy", ("model", "greedy_decode"), 0),)
+def test_a_call_without_a_seed_has_the_default_seed():
+    assert check_calls("check_copy_accuracy(model)", "cell") == (
+        CheckCall("check_copy_accuracy", ("model",), 0),)
 
 
 @pytest.mark.parametrize(("source", "said"), [

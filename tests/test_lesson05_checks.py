@@ -76,8 +76,8 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
     config = training.TrainConfig(max_steps=3, eval_every=3, target_accuracy=None)
     history = training.train(trained, task, loss_by_slicing, config, progress=False)
     assert history.steps == 3
-    tokens, sizes, *weights = harness.HeldOutRun(trained, training.greedy_decode, 10, 10, 50)(7)
-    assert tokens.shape == (50, 10) and len(weights) == len(trained.state_dict())
+    predicted, sizes, *weights = harness.HeldOutRun(trained, 10, 10, 50)(7)
+    assert predicted.shape == (50, 20) and len(weights) == len(trained.state_dict())
     assert sizes.tolist() == [11, 20, 32, 2, 1, 128, 2, 1]
 
 
