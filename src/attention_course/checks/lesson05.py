@@ -370,12 +370,13 @@ def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransforme
         model = DecoderOnlyTransformer(**sizes, block=reference_model.DecoderBlock,
                                        positions=positions, scale_tokens=scale_tokens)
     laid_out = model.state_dict()
-    for name, weight in zip(laid_out, weights, strict=True):
+    state = dict(zip(laid_out, weights, strict=True))
+    for name, weight in state.items():
         if not isinstance(weight, torch.Tensor) or weight.shape != laid_out[name].shape:
             raise ValueError(f"{name} is not a tensor of shape {tuple(laid_out[name].shape)}")
     # assign: the weights replace the meta tensors (to_empty would import sympy, 0.5 s)
     model.load_state_dict({name: weight.to("cpu", laid_out[name].dtype)
-                           for name, weight in zip(laid_out, weights)}, strict=True, assign=True)
+                           for name, weight in state.items()}, strict=True, assign=True)
     return model.eval()
 
 
