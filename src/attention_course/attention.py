@@ -64,12 +64,16 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     """
     check_key_value(key, value)
     scores = attention_scores(query, key, scale)  # (B, H, T, S), checks query and key
+    may_hide_whole_rows = attn_mask is not None  # the causal mask alone leaves every query key 0
     if is_causal:
         T, S = scores.shape[-2:]
         attn_mask = combine_masks(causal_mask(T, S, device=scores.device), attn_mask)
     scores = apply_mask(scores, attn_mask)
-    fully_masked = scores.isneginf().all(dim=-1, keepdim=True)  # (B, H, T, 1)
-    weights = softmax(scores.masked_fill(fully_masked, 0.0)).masked_fill(fully_masked, 0.0)
+    if may_hide_whole_rows:
+        fully_masked = scores.isneginf().all(dim=-1, keepdim=True)  # (B, H, T, 1)
+        weights = softmax(scores.masked_fill(fully_masked, 0.0)).masked_fill(fully_masked, 0.0)
+    else:
+        weights = softmax(scores)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     out = weights @ value  # (B,H,T,S) @ (B,H,S,Dv) -> (B,H,T,Dv)
