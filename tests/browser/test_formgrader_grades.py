@@ -6,6 +6,7 @@ score set in the formgrader is what grades.csv counts, and its Autograde button 
 sandbox."""
 
 import csv
+import re
 
 import pytest
 from conftest import TOKEN
@@ -104,9 +105,12 @@ def test_a_flagged_submission_shows_why_and_a_score_set_there_counts(lab, demo_c
     expect(page.locator("body")).to_contain_text("Held for a human")
     expect(page.locator("body")).to_contain_text("[grader]")  # the verdicts
     score = page.locator("input.score#check_softmax")
+    expect(score).to_have_attribute("placeholder", re.compile(r"\d"))  # its view is bound
+    page.evaluate("window.saved = false;"
+                  "$(document).one('finished_saving', () => { window.saved = true; })")
     score.fill("1.5")
     score.press("Enter")
-    expect(page.locator(".score-saved").first).to_be_visible(timeout=10_000)
+    page.wait_for_function("window.saved", timeout=10_000)  # its own signal, not a 1 s icon
     page.wait_for_function(
         "id => fetch(`/formgrader/api/grade/${id}`).then(r => r.json())"
         ".then(g => g.manual_score === 1.5)", arg=ids["check_softmax"], timeout=10_000)
