@@ -5,6 +5,7 @@ import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,20 +15,45 @@ from grader.batch import RUNNER
 from tests.notebook_tools import lessons as lesson_ids
 
 PROBE = """
-import importlib, json, pkgutil, sys
+import importlib, json, os, pkgutil, sys, traceback
+import torch, matplotlib.pyplot, ipywidgets  # once, then a fork per lesson, as the runner forks
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[2])  # the runner, for the in-memory modules
 from runner import LessonModules
-job = json.loads(sys.stdin.readline())
-sys.meta_path.insert(0, LessonModules(job["modules"]))
-import attention_course, attention_course.checks as checks
-names = [m.name for m in pkgutil.iter_modules(attention_course.__path__)] + list(job["modules"])
-found = {name: [n for n in dir(importlib.import_module("attention_course." + name))
-                if not n.startswith("_")] for name in names if name != "checks"}
-checks.check_softmax(print)  # the stand-in runs and does nothing
-exec(job["imports"])  # the released notebook's imports
-print(json.dumps(found))
+for line in sys.stdin:  # a job per lesson, each in a forked process of its own
+    job = json.loads(line)
+    if os.fork():
+        os.wait()
+        continue
+    try:
+        sys.meta_path.insert(0, LessonModules(job["modules"]))
+        import attention_course, attention_course.checks as checks
+        names = [m.name for m in pkgutil.iter_modules(attention_course.__path__)]
+        found = {name: [n for n in dir(importlib.import_module("attention_course." + name))
+                        if not n.startswith("_")]
+                 for name in names + list(job["modules"]) if name != "checks"}
+        checks.check_softmax(print)  # the stand-in runs and does nothing
+        exec(job["imports"])  # the released notebook's imports
+        answer = {"found": found}
+    except BaseException:
+        answer = {"error": traceback.format_exc()}
+    print(json.dumps({"lesson": job["lesson"]} | answer), flush=True)
+    os._exit(0)
 """
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> tuple[Path, dict]:
+    """The package on disk, and per lesson what its process could import (or why it failed)."""
+    root = package.build(tmp_path_factory.mktemp("package"))
+    jobs = "".join(json.dumps({"lesson": lesson, "imports": notebook_imports(lesson),
+                               "modules": package.modules(lessons.lesson(lesson))}) + "\n"
+                   for lesson in lesson_ids())
+    done = subprocess.run([sys.executable, "-I", "-c", PROBE, str(root), str(RUNNER.parent)],
+                          capture_output=True, text=True, input=jobs, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return root, {answer.pop("lesson"): answer for answer in answers}
 
 
 def notebook_imports(lesson: str) -> str:
@@ -47,16 +73,13 @@ def notebook_imports(lesson: str) -> str:
 
 
 @pytest.mark.parametrize("lesson", lesson_ids())
-def test_the_notebook_imports_work_and_the_exercise_references_are_not_there(lesson, tmp_path):
-    root = package.build(tmp_path / "package")
+def test_the_notebook_imports_work_and_the_exercise_references_are_not_there(lesson, probed):
+    root, answers = probed
+    answer = answers.get(lesson, {"error": "no answer from its process"})
+    assert "error" not in answer, answer["error"][-2000:]
     modules = package.modules(lessons.lesson(lesson))
-    job = json.dumps({"modules": modules, "imports": notebook_imports(lesson)})
-    done = subprocess.run([sys.executable, "-I", "-c", PROBE, str(root), str(RUNNER.parent)],
-                          capture_output=True, text=True, input=job + "\n", timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    importable = json.loads(done.stdout.splitlines()[-1])
     for module, names in package.exercise_references(lessons.lesson(lesson)).items():
-        assert not set(names) & set(importable.get(module, ())), (module, names)
+        assert not set(names) & set(answer["found"].get(module, ())), (module, names)
     files = {path.relative_to(root).as_posix(): path.read_text()
              for path in root.rglob("*.py")}
     shared = [f"attention_course/{name}.py" for name in package.UTILITIES] + [

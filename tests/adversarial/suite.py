@@ -42,7 +42,9 @@ from grader.course import COURSE_ID, Workspace  # noqa: E402
 from grader.demo import MISTAKES  # noqa: E402
 from grader.results import Result  # noqa: E402
 
-CELL_TIMEOUT, BUDGET = 5, 20
+# A cell may run 10 s: a correct cell that imports torch._dynamo (@torch.compile) takes 1.6 s
+# alone and passed 5 s with the whole suite running beside it.
+CELL_TIMEOUT, BUDGET = 10, 20
 HONEST = ("honest-a", "honest-b")  # graded before the attackers; their rows must not move
 PROTECTED = ("src/attention_course", "grader", "solutions", "notebooks")
 MEMORY_GROWTH_LIMIT_MIB = 256  # what a record built to inflate may cost the grader
