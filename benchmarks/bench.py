@@ -54,7 +54,8 @@ def sections(quick: bool) -> dict:
                                            lessons=["01_embeddings"] if quick else None),
         "cluster": lambda: dask_grading.measure(
             students=[12] if quick else list(range(10, 22)),
-            lessons=["01_embeddings"] if quick else None, rounds=1 if quick else 3),
+            lessons=["01_embeddings"] if quick else None, rounds=1 if quick else 3,
+            workers=1 if quick else None),
         "attention_cost": lambda: attention_cost.measure(quick),
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),

@@ -47,10 +47,11 @@ def grade(workspace: Path, db_url: str, scheduler: str | None) -> float:
     return time.perf_counter() - start
 
 
-def measure(students: list[int], lessons: list[str] | None = None, rounds: int = 3) -> dict:
-    """``lessons``: by default 01-03, which grade in seconds."""
+def measure(students: list[int], lessons: list[str] | None = None, rounds: int = 3,
+            workers: int | None = None) -> dict:
+    """``lessons``: by default 01-03, which grade in seconds; ``workers``: by default one per core."""
     lessons = lessons or lesson_names()[:3]
-    workers = os.cpu_count() or 1
+    workers = workers or os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as scratch, \
             local_cluster(Path(scratch) / "dask", workers) as cluster, throwaway_server() as pg:
         base = Path(scratch) / "class"
