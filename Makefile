@@ -29,7 +29,8 @@ PORT ?= 8888
 # downloads in parallel and installs in seconds what pip takes minutes for. The packages in
 # excludes.txt are left out of $(VENV) (it says why).
 # Each layer then compiles to bytecode what the course's processes import, by importing it once,
-# and the lab layer all of torch, any part of which student code may import: the grading sandbox
+# and the lab layer first all of torch (on every core), any part of which student code may
+# import: the grading sandbox
 # reads $(VENV) read-only, and where PYTHONDONTWRITEBYTECODE is set nothing is compiled later
 # (torch imports in 2.8 s instead of 1.4; torch._dynamo, which torch.compile imports with sympy,
 # in 4.6 s instead of 3.2). About 4,000 files, where compiling every installed file (uv's
@@ -104,8 +105,8 @@ $(LAB_STAMP): pyproject.toml constraints.txt excludes.txt | $(UV) $(if $(TORCH_I
 	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python))
 	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[lab]'
 	$(UV) pip uninstall --quiet --python $(BIN)/python -r excludes.txt  # from an older .venv
-	$(call compile-imports,$(BIN)/python,$(LAB_IMPORTS))
 	$(BIN)/python -m compileall -q -j 0 -x '/_internal/' $(VENV)/lib/python3*/site-packages/torch
+	$(call compile-imports,$(BIN)/python,$(LAB_IMPORTS))
 	touch $@
 
 $(INSTRUCTOR_STAMP): $(LAB_STAMP)
