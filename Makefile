@@ -29,12 +29,11 @@ PORT ?= 8888
 # downloads in parallel and installs in seconds what pip takes minutes for. The packages in
 # excludes.txt are left out of $(VENV) (it says why).
 # Each layer then compiles to bytecode what the course's processes import, by importing it once,
-# and the lab layer first all of torch (on every core), any part of which student code may
-# import: the grading sandbox
-# reads $(VENV) read-only, and where PYTHONDONTWRITEBYTECODE is set nothing is compiled later
-# (torch imports in 2.8 s instead of 1.4; torch._dynamo, which torch.compile imports with sympy,
-# in 4.6 s instead of 3.2). About 4,000 files, where compiling every installed file (uv's
-# --compile-bytecode) took 20,000 in both environments, about 50 CPU-s. torch's
+# and the lab layer first all of torch (on every core), any part of which student code may import:
+# the grading sandbox reads $(VENV) read-only, and where PYTHONDONTWRITEBYTECODE is set nothing is
+# compiled later (torch imports in 2.8 s instead of 1.4; torch._dynamo, which torch.compile
+# imports with sympy, in 4.6 s instead of 3.2). About 4,000 files, where compiling every installed
+# file (uv's --compile-bytecode) took 20,000 in both environments, about 50 CPU-s. torch's
 # testing/_internal, which holds code for newer Pythons and is no part of its API, is left out.
 LAB_STAMP := $(VENV)/.installed-lab
 INSTRUCTOR_STAMP := $(VENV)/.installed-instructor
