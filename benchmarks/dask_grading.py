@@ -49,7 +49,8 @@ def grade(workspace: Path, db_url: str, scheduler: str | None) -> float:
 
 def measure(students: list[int], lessons: list[str] | None = None, rounds: int = 3,
             workers: int | None = None) -> dict:
-    """``lessons``: by default 01-03, which grade in seconds; ``workers``: by default one per core."""
+    """``lessons``: by default 01-03, which grade in seconds; ``workers``: by default one per
+    core."""
     lessons = lessons or lesson_names()[:3]
     workers = workers or os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as scratch, \

@@ -42,20 +42,6 @@ for line in sys.stdin:  # a job per lesson, each in a forked process of its own
 """
 
 
-@pytest.fixture(scope="module")
-def probed(tmp_path_factory) -> tuple[Path, dict]:
-    """The package on disk, and per lesson what its process could import (or why it failed)."""
-    root = package.build(tmp_path_factory.mktemp("package"))
-    jobs = "".join(json.dumps({"lesson": lesson, "imports": notebook_imports(lesson),
-                               "modules": package.modules(lessons.lesson(lesson))}) + "\n"
-                   for lesson in lesson_ids())
-    done = subprocess.run([sys.executable, "-I", "-c", PROBE, str(root), str(RUNNER.parent)],
-                          capture_output=True, text=True, input=jobs, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return root, {answer.pop("lesson"): answer for answer in answers}
-
-
 def notebook_imports(lesson: str) -> str:
     """Every import statement of the released notebook's code cells."""
     from grader.submissions import released_source
@@ -70,6 +56,20 @@ def notebook_imports(lesson: str) -> str:
                        if isinstance(s, ast.Import | ast.ImportFrom)
                        and "attention_course" in ast.unparse(s)]
     return "\n".join(statements)
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> tuple[Path, dict]:
+    """The package on disk, and per lesson what its process could import (or why it failed)."""
+    root = package.build(tmp_path_factory.mktemp("package"))
+    jobs = "".join(json.dumps({"lesson": lesson, "imports": notebook_imports(lesson),
+                               "modules": package.modules(lessons.lesson(lesson))}) + "\n"
+                   for lesson in lesson_ids())
+    done = subprocess.run([sys.executable, "-I", "-c", PROBE, str(root), str(RUNNER.parent)],
+                          capture_output=True, text=True, input=jobs, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return root, {answer.pop("lesson"): answer for answer in answers}
 
 
 @pytest.mark.parametrize("lesson", lesson_ids())
