@@ -43,6 +43,15 @@ def check_cells(nb) -> dict[str, int]:
             for i, c in enumerate(nb.cells) if grading(c).get("grade")}
 
 
+def answered(lesson: str) -> nbformat.NotebookNode:
+    """The released notebook with the solution notebook's answers in its practice cells."""
+    nb, solution = read(NOTEBOOKS, lesson), read(SOLUTIONS, lesson)
+    answers = practice_cells(solution)
+    for name, index in practice_cells(nb).items():
+        nb.cells[index].source = solution.cells[answers[name]].source
+    return nb
+
+
 class Client(NotebookClient):
     """nbclient's notebook client, looking for the kernel's messages at least once a second.
 

@@ -1,12 +1,15 @@
-"""Every lesson in JupyterLab in a real browser: the student notebooks render, and each solution
-notebook runs from the Run menu with no error, its figures drawn and its widgets working."""
+"""Every lesson in JupyterLab in a real browser, as a student meets it: the released notebook
+renders, and with the solutions written into its practice cells it runs from the Run menu with
+no error, its figures drawn and its widgets working. Each notebook is opened once, for both.
+(The solution notebooks themselves run under nbval.)"""
 
 import re
 import shutil
 
+import nbformat
 import pytest
 from lab_pages import Notebook, close_all_tabs, hide_file_browser, move_slider, wait_until_booted
-from notebook_tools import NOTEBOOKS, SOLUTIONS, lessons, read
+from notebook_tools import NOTEBOOKS, answered, lessons, read
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect
 
@@ -18,11 +21,12 @@ README_LESSON = "02_scaled_dot_product"  # the README shows its temperature slid
 @pytest.fixture(scope="module")
 def lab(lab_servers, tmp_path_factory):
     """One student's JupyterLab (`make lab`) for the module, on a working copy of notebooks/
-    and solutions/."""
+    whose practice cells hold the solutions."""
     root = tmp_path_factory.mktemp("course")
-    for folder in (NOTEBOOKS, SOLUTIONS):
-        shutil.copytree(folder, root / folder.name,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(NOTEBOOKS, root / NOTEBOOKS.name,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    for lesson in LESSONS:
+        nbformat.write(answered(lesson), root / NOTEBOOKS.name / lesson / f"{lesson}.ipynb")
     return lab_servers.make_lab(root)
 
 
@@ -46,17 +50,19 @@ def lab_page(lab, browser):
             tab.close()
 
 
-@pytest.fixture
-def open_lesson(lab, lab_page):
-    """``open_lesson(folder, lesson)`` opens one lesson's notebook in the JupyterLab tab; after
-    the test it is closed unsaved and its kernel shut down."""
+@pytest.fixture(scope="module", params=LESSONS)
+def lesson(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def notebook(lesson, lab, lab_page) -> Notebook:
+    """The lesson's notebook open in the JupyterLab tab, for all of the lesson's tests (pytest
+    runs them one after the other); then closed unsaved and its kernel shut down."""
     page = lab_page()
-
-    def open_(folder, lesson: str) -> Notebook:
-        cells = read(folder, lesson).cells
-        return Notebook.open(page, f"{folder.name}/{lesson}/{lesson}.ipynb", len(cells))
-
-    yield open_
+    opened = Notebook.open(page, f"{NOTEBOOKS.name}/{lesson}/{lesson}.ipynb",
+                           len(read(NOTEBOOKS, lesson).cells))
+    yield opened
     try:
         close_all_tabs(page)
     except (PlaywrightError, AssertionError):  # a dialog in the way, say: a fresh tab next
@@ -64,10 +70,8 @@ def open_lesson(lab, lab_page):
     lab.shut_down_kernels()
 
 
-@pytest.mark.parametrize("lesson", LESSONS)
-def test_student_notebook_renders(lesson, open_lesson, screenshot):
+def test_student_notebook_renders(lesson, notebook, screenshot):
     cells = read(NOTEBOOKS, lesson).cells
-    notebook = open_lesson(NOTEBOOKS, lesson)
 
     header = notebook.cells.first.locator(".jp-RenderedMarkdown")
     title = re.search(r"^# (.+)$", cells[0].source, re.M).group(1)
@@ -92,10 +96,8 @@ def test_student_notebook_renders(lesson, open_lesson, screenshot):
     screenshot(notebook.page, f"student_{lesson}")
 
 
-@pytest.mark.parametrize("lesson", LESSONS)
-def test_solution_notebook_runs_from_the_run_menu(lesson, open_lesson, screenshot):
-    source = "\n".join(cell.source for cell in read(SOLUTIONS, lesson).cells)
-    notebook = open_lesson(SOLUTIONS, lesson)
+def test_answered_notebook_runs_from_the_run_menu(lesson, notebook, screenshot):
+    source = "\n".join(cell.source for cell in answered(lesson).cells)
     notebook.run_all(timeout_s=120)
 
     assert notebook.errors() == []
@@ -110,7 +112,7 @@ def test_solution_notebook_runs_from_the_run_menu(lesson, open_lesson, screensho
     hide_file_browser(notebook.page)
     first = interactives.first
     first.scroll_into_view_if_needed()
-    screenshot(notebook.page, f"solution_{lesson}")
+    screenshot(notebook.page, f"answered_{lesson}")
     figure = first.locator(".jp-RenderedImage img").first
     readout = first.locator(".widget-slider .widget-readout").first
     drawn, value = figure.get_attribute("src"), readout.text_content()
@@ -118,5 +120,5 @@ def test_solution_notebook_runs_from_the_run_menu(lesson, open_lesson, screensho
     expect(readout).not_to_have_text(value)
     expect(figure).not_to_have_attribute("src", drawn)  # a new picture, not the same bytes
     notebook.wait_until_idle()  # the redraw is complete
-    screenshot(notebook.page, f"solution_{lesson}_slider_moved",
+    screenshot(notebook.page, f"answered_{lesson}_slider_moved",
                readme="docs/lesson_screenshot.png" if lesson == README_LESSON else None)

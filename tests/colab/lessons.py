@@ -29,14 +29,7 @@ from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from notebook_tools import (  # noqa: E402
-    NOTEBOOKS,
-    SOLUTIONS,
-    Client,
-    check_cells,
-    practice_cells,
-    read,
-)
+from notebook_tools import NOTEBOOKS, SOLUTIONS, Client, answered, check_cells  # noqa: E402
 
 PINS = Path(__file__).with_name("constraints.txt")
 LESSONS = ids()
@@ -74,15 +67,6 @@ def installed(name: str) -> str | None:
         return importlib.metadata.version(name).split("+")[0]
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def answered(lesson: str) -> nbformat.NotebookNode:
-    """The released notebook with the solution notebook's answers in its practice cells."""
-    nb, solution = read(NOTEBOOKS, lesson), read(SOLUTIONS, lesson)
-    answers = practice_cells(solution)
-    for name, index in practice_cells(nb).items():
-        nb.cells[index].source = solution.cells[answers[name]].source
-    return nb
 
 
 def execute(lesson: str) -> nbformat.NotebookNode:
