@@ -52,6 +52,7 @@ def lab_page(lab, browser):
 
 @pytest.fixture(scope="module", params=LESSONS)
 def lesson(request) -> str:
+    """Each lesson in turn; its tests run one after the other, on one open notebook."""
     return request.param
 
 
