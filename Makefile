@@ -145,7 +145,7 @@ $(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV) $(TORCH_WHEEL)
 # why when it runs:
 #   chromium     the browser tests (tests/browser) drive Debian's chromium through Playwright,
 #                which never downloads a browser of its own
-#   bubblewrap   student code is graded inside it (grader/sandbox.py); without it grading refuses
+#   bubblewrap   student code is graded inside it (grader/sandbox/bwrap.py); without it grading refuses
 #                to run student code
 #   postgresql   the PostgreSQL gradebook's tests (tests/test_postgres.py) start a throwaway
 #                server of it (tests/postgres.py); a course's own server is its own

@@ -37,14 +37,14 @@ from pathlib import Path
 
 from attention_course import lessons as registry
 
-from . import package, sandbox
+from .sandbox import bwrap, package
 from .course import Lesson, Workspace
 from .inspection import answer_tokens, inspect_submission
 from .results import Outcome, Result, not_graded
 from .submissions import Submission, Ungradable, notebook_bytes, parse_notebook, plan
 from .verdicts import MAX_RECORD_BYTES, Exchange, ExchangeFailed, Unreadable, judge_cell
 
-RUNNER = Path(__file__).with_name("runner.py")
+RUNNER = Path(bwrap.__file__).with_name("runner.py")
 GiB, MiB = 2**30, 2**20
 
 
@@ -94,9 +94,9 @@ class Runner:
 
     def command(self, package_root: Path) -> list[str]:
         if self.sandboxed:
-            return sandbox.runner_command(self.limits.disk, package_root)
+            return bwrap.runner_command(self.limits.disk, package_root)
         self.scratch.mkdir(parents=True, exist_ok=True)
-        return [sandbox.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch),
+        return [bwrap.PYTHON, "-I", str(RUNNER), "--scratch", str(self.scratch),
                 "--package-root", str(package_root)]
 
     def start(self) -> None:
@@ -297,7 +297,7 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
     interrupt (Ctrl-C) stops the batch at once: each result was saved and passed to
     ``on_result`` as it finished, and nothing finishing after the interrupt is."""
     if sandboxed:
-        sandbox.check(limits.disk)
+        bwrap.check(limits.disk)
     workers = max(1, min(workers, len(submissions)))
     runners: queue.Queue[Runner] = queue.Queue()
     for n in range(workers):

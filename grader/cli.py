@@ -26,7 +26,7 @@ from .course import ROOT, GradedCellError, Workspace, lesson_names, read_lesson
 from .feedback import write_feedback
 from .report import write_canvas_csv, write_report
 from .results import Outcome, Result
-from .sandbox import SandboxUnavailable
+from .sandbox.bwrap import SandboxUnavailable
 from .submissions import Submission, find_submissions
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from distributed import Client, WorkerPlugin, as_completed, get_worker
 
-from . import sandbox
+from .sandbox import bwrap
 from .batch import Graded, Handin, Limits, Runner, grade_safely, keep
 from .course import ROOT, Lesson, Workspace
 from .results import Result
@@ -86,8 +86,8 @@ class Runners(WorkerPlugin):
                     f"{self.fingerprint}): install the client's commit on every worker")
         if self.sandboxed:
             try:
-                sandbox.check(self.limits.disk)
-            except sandbox.SandboxUnavailable as err:
+                bwrap.check(self.limits.disk)
+            except bwrap.SandboxUnavailable as err:
                 return f"no sandbox: {err}"
         return None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attention_course import lessons
-from grader import package
+from grader.sandbox import package
 from grader.batch import RUNNER
 from tests.notebook_tools import lessons as lesson_ids
 

@@ -173,7 +173,7 @@ def test_make_lab_installs_only_the_lab_extra_and_shows_download_progress(tmp_pa
 
 
 def test_make_lab_compiles_what_the_grading_sandbox_imports_after_installing_it(tmp_path):
-    """The sandbox reads the environment read-only: what its runner imports (grader/runner.py)
+    """The sandbox reads the environment read-only: what its runner imports (grader/sandbox/runner.py)
     is compiled to bytecode at install, by importing it with bytecode writing on."""
     commands = re.split(r"\s*(?:&&|\|\||;|\n)\s*", dry_run("install-lab", tmp_path))
     (install,) = [c for c in commands if "-e '.[lab]'" in c]

@@ -31,7 +31,7 @@ def judged(namespace: dict, cell: GradedCell = SOFTMAX_CELL):
 
 def test_importing_the_runner_changes_nothing():
     environment, arguments, path = dict(os.environ), list(sys.argv), list(sys.path)
-    runner = importlib.import_module("grader.runner")
+    runner = importlib.import_module("grader.sandbox.runner")
     assert (dict(os.environ), sys.argv, sys.path) == (environment, arguments, path)
     options = runner.arguments().parse_args(["--scratch", "s", "--package-root", "p"])
     assert (str(options.scratch), options.own_pid_namespace) == ("s", False)

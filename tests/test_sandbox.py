@@ -15,7 +15,9 @@ import nbformat
 import psutil
 import pytest
 
-from grader import cli, package, sandbox
+from grader import cli
+from grader.sandbox import bwrap as sandbox
+from grader.sandbox import package
 from grader.course import ROOT, Workspace
 from grader.demo import practice_names, student_notebook
 
@@ -115,7 +117,7 @@ print(json.dumps(seen))
 
 
 def test_a_confined_process_starts_threads_but_no_processes_and_stays_in_its_limits(tmp_path):
-    code = CONFINED.format(grader=str(ROOT / "grader"), big=tmp_path / "big")
+    code = CONFINED.format(grader=str(ROOT / "grader" / "sandbox"), big=tmp_path / "big")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert json.loads(done.stdout) == {"fork": "PermissionError",

@@ -21,7 +21,7 @@ from pathlib import Path
 import attention_course
 from attention_course import lessons
 
-from . import syntax
+from .. import syntax
 
 SOURCE = Path(attention_course.__file__).parent
 STUDENT_SIDE = ("observing.py", "harness.py", "wire.py", "shortcuts.py")

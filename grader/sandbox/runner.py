@@ -1,9 +1,9 @@
 """The only part of grading that runs student code: a warm interpreter that forks one process
 per submission.
 
-Started once per grading worker (``python -I grader/runner.py --scratch DIR --package-root
+Started once per grading worker (``python -I grader/sandbox/runner.py --scratch DIR --package-root
 ROOT``), in the sandbox where there is one, it imports torch, IPython, matplotlib and the part
-of the course package every lesson shares (``ROOT``, built by ``grader/package.py``: the
+of the course package every lesson shares (``ROOT``, built by ``package.py``: the
 utilities and the student's half of the checks) once, then reads jobs from stdin, one JSON line
 each:
 
@@ -15,7 +15,7 @@ each:
 For each job it forks a fresh process, confined before any student code runs (``confinement``:
 resource limits, no new processes), that runs the code cells in order in an IPython shell (the
 engine inside ipykernel). The job's ``modules`` (name -> source: what the lesson's notebook may
-import from the package, see ``grader/package.py``) are importable there as
+import from the package, see ``package.py``) are importable there as
 ``attention_course.<name>``, from memory: the next job's lesson cannot see them. Where a
 graded cell stood, it stops and the grader judges: this process relays, as framed messages on
 stdout and stdin,
