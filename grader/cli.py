@@ -21,13 +21,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from . import collect, database, gradebook, lateness, release
-from .batch import Limits, grade_batch
+from .grading.batch import Limits, grade_batch
 from .course import ROOT, GradedCellError, Workspace, lesson_names, read_lesson
 from .feedback import write_feedback
 from .report import write_canvas_csv, write_report
-from .results import Outcome, Result
+from .grading.results import Outcome, Result
 from .sandbox.bwrap import SandboxUnavailable
-from .submissions import Submission, find_submissions
+from .grading.submissions import Submission, find_submissions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +190,7 @@ def grade_pending(pending: list[Submission], lessons: dict, workspace: Workspace
         return grade_batch(pending, lessons, workspace, args.workers, limits, args.sandboxed,
                            on_result=on_result), []
     try:
-        from .cluster import ClusterError, NotAllGraded, grade_on_cluster
+        from .grading.cluster import ClusterError, NotAllGraded, grade_on_cluster
     except ImportError as err:
         raise SystemExit(f"Not grading: --scheduler needs Dask ({err}); install the course "
                          f"with its cluster extra: pip install -e '.[cluster]'") from None

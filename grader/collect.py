@@ -91,7 +91,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .course import Workspace, lesson_names
-from .submissions import released_cells
+from .grading.submissions import released_cells
 
 FORMATS = ("canvas", "moodle", "gradescope", "classroom", "exchange", "files")
 FORMAT_NAMES = {"canvas": "Canvas", "moodle": "Moodle", "gradescope": "Gradescope",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .lateness import nbgrader_time
 from .report import format_points, render
-from .results import ExerciseResult, Outcome, Result
+from .grading.results import ExerciseResult, Outcome, Result
 
 OUTCOME_EXPLANATIONS = {
     Outcome.UNGRADABLE: "Your notebook could not be graded.",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from .results import Outcome, Result
+from .grading.results import Outcome, Result
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

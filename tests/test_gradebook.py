@@ -25,7 +25,7 @@ from nbgrader.utils import parse_utc
 from grader import cli, gradebook
 from grader.course import COURSE_ID, ROOT, Workspace
 from grader.demo import MISTAKES, practice_names, student_notebook
-from grader.submissions import find_submissions
+from grader.grading.submissions import find_submissions
 
 pytestmark = pytest.mark.slow
 LESSON = "02_scaled_dot_product"

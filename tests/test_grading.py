@@ -24,7 +24,7 @@ from grader.demo import (
     practice_names,
     student_notebook,
 )
-from grader.results import Outcome, Result
+from grader.grading.results import Outcome, Result
 
 pytestmark = pytest.mark.slow
 COURSE = read_course()

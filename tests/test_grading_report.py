@@ -12,7 +12,7 @@ from grader import report as class_report
 from grader.feedback import feedback_html, write_feedback
 from grader.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
 from grader.report import TEMPLATES, write_report
-from grader.results import ExerciseResult, Outcome, Result, not_graded
+from grader.grading.results import ExerciseResult, Outcome, Result, not_graded
 
 LESSONS = {
     "01_intro": [("check_alpha", 2.0), ("check_beta", 3.0)],

@@ -8,7 +8,7 @@ import pytest
 from attention_course import attention
 from grader.course import read_lesson
 from grader.demo import practice_names, student_notebook
-from grader.inspection import MOST_FLAGS, inspect_submission
+from grader.grading.inspection import MOST_FLAGS, inspect_submission
 from tests.notebook_tools import lessons
 
 LESSON = "02_scaled_dot_product"
@@ -25,7 +25,7 @@ FAMILIES = {
     "torch's C internals": "import torch\ntorch._C._set_grad_enabled(True)",
     "TorchScript": "import torch\nf = torch.jit.script(lambda x: x)",
     "the checks' internals": "from attention_course.checks import observing",
-    "the grader's code": "import grader.verdicts",
+    "the grader's code": "import grader.grading.verdicts",
     "the interpreter's module table": "import sys\nsys.modules['x'] = None",
     "library code patched": "import torch\ntorch.Tensor.clone = lambda self: self",
     "how the shell runs or reports cells": "get_ipython().input_transformers_cleanup.append(f)",

@@ -19,7 +19,7 @@ from grader import cli, gradebook
 from grader.course import COURSE_ID, ROOT, Workspace, read_lesson
 from grader.demo import practice_names, student_notebook
 from grader.lateness import CourseFile, CourseFileError, LatePolicy, lateness
-from grader.results import ExerciseResult, Outcome, Result
+from grader.grading.results import ExerciseResult, Outcome, Result
 
 UTC = timezone.utc
 DUE = datetime(2025, 3, 7, 23, 59, tzinfo=UTC)

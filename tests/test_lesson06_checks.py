@@ -19,7 +19,7 @@ from attention_course.checks.observing import Case, observe
 from grader.course import read_course
 from grader.demo import MISTAKES as DEMO_MISTAKES
 from grader.demo import practice_names, student_notebook
-from grader.inspection import inspect_submission
+from grader.grading.inspection import inspect_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "06_rotary_positions"

@@ -11,7 +11,7 @@ import pytest
 
 from attention_course import lessons
 from grader.sandbox import package
-from grader.batch import RUNNER
+from grader.grading.batch import RUNNER
 from tests.notebook_tools import lessons as lesson_ids
 
 PROBE = """
@@ -44,7 +44,7 @@ for line in sys.stdin:  # a job per lesson, each in a forked process of its own
 
 def notebook_imports(lesson: str) -> str:
     """Every import statement of the released notebook's code cells."""
-    from grader.submissions import released_source
+    from grader.grading.submissions import released_source
 
     statements = []
     for source in released_source(lesson):

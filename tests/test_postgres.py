@@ -21,8 +21,8 @@ from grader import cli, database, gradebook
 from grader.course import ROOT, Workspace, read_lesson
 from grader.demo import build_demo_class
 from grader.lateness import CourseFile
-from grader.results import ExerciseResult, Outcome, Result
-from grader.submissions import find_submissions
+from grader.grading.results import ExerciseResult, Outcome, Result
+from grader.grading.submissions import find_submissions
 
 L01, L02 = "01_embeddings", "02_scaled_dot_product"
 LESSONS = [L01, L02]  # the demo's two fastest lessons

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_course.checks import observing, wire
-from grader import verdicts
+from grader.grading import verdicts
 from grader.course import CheckCall, GradedCell
 
 SOFTMAX_CELL = GradedCell("check_softmax", 2.0, (CheckCall("check_softmax", ("softmax",), 0),

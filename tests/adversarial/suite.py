@@ -40,7 +40,7 @@ from attacks import ATTACKS, LESSON, MARKER, Attack, Target, file_of, notebook  
 from grader import cli, gradebook  # noqa: E402
 from grader.course import COURSE_ID, Workspace  # noqa: E402
 from grader.demo import MISTAKES  # noqa: E402
-from grader.results import Result  # noqa: E402
+from grader.grading.results import Result  # noqa: E402
 
 # A cell may run 10 s: a correct cell that imports torch._dynamo (@torch.compile) takes 1.6 s
 # alone and passed 5 s with the whole suite running beside it.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import RELEASE, Lesson, nbgrader_metadata
+from ..course import RELEASE, Lesson, nbgrader_metadata
 
 NBGRADER_SCHEMA_VERSION = 3
 

@@ -15,7 +15,7 @@ from attention_course.checks import CHECKS, wire
 from attention_course.checks.framework import SESSION, CheckFailed, Harnessed, Target, judge_all
 from attention_course.checks.observing import Observation
 
-from .course import CheckCall, GradedCell
+from ..course import CheckCall, GradedCell
 from .results import ExerciseResult
 
 MAX_RECORD_BYTES = 64 * 2**20  # what the student's process may send back for one check

@@ -28,16 +28,16 @@ from pathlib import Path
 
 from distributed import Client, WorkerPlugin, as_completed, get_worker
 
-from .sandbox import bwrap
+from ..sandbox import bwrap
 from .batch import Graded, Handin, Limits, Runner, grade_safely, keep
-from .course import ROOT, Lesson, Workspace
+from ..course import ROOT, Lesson, Workspace
 from .results import Result
 from .submissions import Submission
 
 PLUGIN = "attention-course-runners"
 IN_FLIGHT = 64  # submissions sent ahead at least (four per worker thread if that is more)
 # what grading on a worker depends on: it must be the client's, byte for byte
-COURSE_FILES = ("grader/*.py", "src/attention_course/**/*.py", "notebooks/*/*.ipynb")
+COURSE_FILES = ("grader/**/*.py", "src/attention_course/**/*.py", "notebooks/*/*.ipynb")
 
 
 class ClusterError(Exception):
