@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader import gradebook  # noqa: E402
+from grader.records import gradebook  # noqa: E402
 from grader.course import Workspace, lesson_names  # noqa: E402
 from grader.demo import student_id, submission_file  # noqa: E402
 

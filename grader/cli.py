@@ -20,11 +20,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import collect, database, gradebook, lateness, release
+from . import collect, release
+from .records import database, gradebook, lateness
 from .grading.batch import Limits, grade_batch
 from .course import ROOT, GradedCellError, Workspace, lesson_names, read_lesson
-from .feedback import write_feedback
-from .report import write_canvas_csv, write_report
+from .outputs.feedback import write_feedback
+from .outputs.report import write_canvas_csv, write_report
 from .grading.results import Outcome, Result
 from .sandbox.bwrap import SandboxUnavailable
 from .grading.submissions import Submission, find_submissions

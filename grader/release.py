@@ -20,7 +20,7 @@ import tomllib
 
 from attention_course import lessons
 
-from . import alembic_head  # noqa: F401 (new gradebooks: no `alembic` process)
+from .records import alembic_head  # noqa: F401 (new gradebooks: no `alembic` process)
 from .course import ROOT, GradedCellError, graded_cells, lesson_names
 
 CONFIG = ROOT / "grader" / "nbgrader_config.py"

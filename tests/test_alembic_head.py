@@ -7,7 +7,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 from sqlalchemy import text
 
-from grader import alembic_head
+from grader.records import alembic_head
 
 
 def test_the_head_revision_is_what_the_alembic_command_says(monkeypatch):

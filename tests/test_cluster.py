@@ -17,7 +17,8 @@ import nbformat
 import pytest
 from dask_cluster import Cluster, local_cluster
 
-from grader import cli, gradebook
+from grader import cli
+from grader.records import gradebook
 from grader.course import Workspace, lesson_names
 from grader.demo import KERNEL_DEATH, build_demo_class, student_notebook
 

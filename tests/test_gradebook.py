@@ -22,7 +22,8 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
-from grader import cli, gradebook
+from grader import cli
+from grader.records import gradebook
 from grader.course import COURSE_ID, ROOT, Workspace
 from grader.demo import MISTAKES, practice_names, student_notebook
 from grader.grading.submissions import find_submissions

@@ -14,7 +14,8 @@ import nbformat
 import psutil
 import pytest
 
-from grader import cli, gradebook
+from grader import cli
+from grader.records import gradebook
 from grader.course import Workspace, read_course
 from grader.demo import (
     IGNORES_INTERRUPTS,

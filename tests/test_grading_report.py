@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import report as class_report
-from grader.feedback import feedback_html, write_feedback
-from grader.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
-from grader.report import TEMPLATES, write_report
+from grader.outputs import report as class_report
+from grader.outputs.feedback import feedback_html, write_feedback
+from grader.outputs.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
+from grader.outputs.report import TEMPLATES, write_report
 from grader.grading.results import ExerciseResult, Outcome, Result, not_graded
 
 LESSONS = {

@@ -15,10 +15,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from grader import cli, gradebook
+from grader import cli
+from grader.records import gradebook
 from grader.course import COURSE_ID, ROOT, Workspace, read_lesson
 from grader.demo import practice_names, student_notebook
-from grader.lateness import CourseFile, CourseFileError, LatePolicy, lateness
+from grader.records.lateness import CourseFile, CourseFileError, LatePolicy, lateness
 from grader.grading.results import ExerciseResult, Outcome, Result
 
 UTC = timezone.utc

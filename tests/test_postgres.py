@@ -17,10 +17,11 @@ from pathlib import Path
 import postgres
 import pytest
 
-from grader import cli, database, gradebook
+from grader import cli
+from grader.records import database, gradebook
 from grader.course import ROOT, Workspace, read_lesson
 from grader.demo import build_demo_class
-from grader.lateness import CourseFile
+from grader.records.lateness import CourseFile
 from grader.grading.results import ExerciseResult, Outcome, Result
 from grader.grading.submissions import find_submissions
 

@@ -14,7 +14,8 @@ from lab_pages import hide_file_browser, open_menu_item
 from notebook_tools import lessons
 from playwright.sync_api import expect
 
-from grader import cli, gradebook
+from grader import cli
+from grader.records import gradebook
 from grader.course import Workspace
 from grader.demo import student_id, submission_file
 

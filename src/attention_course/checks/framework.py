@@ -270,7 +270,7 @@ def run_check(exercise: Exercise, student: Callable | Harnessed | Target, cases:
     """Judge ``student`` on every case; print one line on success, raise AssertionError else.
 
     Under the grader a session observes in the student's process and judges here (see
-    ``grader/verdicts.py``): ``student`` is then a ``Target`` or ``Harnessed`` of targets, so a
+    ``grader/grading/verdicts.py``): ``student`` is then a ``Target`` or ``Harnessed`` of targets, so a
     check describes everything of the student's (a module, a model) as ``Harnessed``, never
     builds it itself.
     """
@@ -322,7 +322,7 @@ class CheckFailed(AssertionError):
         return [*cell, f"{type(self).__name__}: {self}"]
 
 
-# The grader's session, when one is active in this thread (see ``grader/verdicts.py``).
+# The grader's session, when one is active in this thread (see ``grader/grading/verdicts.py``).
 SESSION: ContextVar = ContextVar("attention_course_check_session", default=None)
 
 

@@ -113,7 +113,7 @@ def detach(x):
 
 def answer(request: bytes, namespace: dict) -> list[bytes]:
     """Observe the student's objects in ``namespace`` on a request's cases (see
-    ``grader/verdicts.py``); one reply per case, serialised before the next case runs."""
+    ``grader/grading/verdicts.py``); one reply per case, serialised before the next case runs."""
     asked = wire.loads(request)
     inputs, cases = tuple(asked["inputs"]), [Case(**case) for case in asked["cases"]]
     forbidden = Forbidden(builtin_names=frozenset(asked["forbidden"]["builtins"]),

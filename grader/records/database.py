@@ -38,7 +38,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import NullPool
 
-from .course import COURSE_ID
+from ..course import COURSE_ID
 
 LOCK_KEY = 0x41747443  # the course's advisory lock ("AttC"), one per database
 EXTRA = "pip install 'attention-course[postgres]'"

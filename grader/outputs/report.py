@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from .grading.results import Outcome, Result
+from ..grading.results import Outcome, Result
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -269,7 +269,7 @@ TEMPLATES.filters.update(points=format_points, truncated=truncated)
 
 
 def render(template: str, **context) -> str:
-    """A page from grader/templates, every value in `context` escaped as HTML unless marked safe."""
+    """A page from grader/outputs/templates, every value in `context` escaped as HTML unless marked safe."""
     return TEMPLATES.get_template(template).render(**context)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import tomllib
 
-from .course import Workspace
+from ..course import Workspace
 
 COURSE_FILE = "course.toml"
 DAY = timedelta(days=1)
