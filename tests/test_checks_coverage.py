@@ -1,8 +1,8 @@
 """What each check of lessons 01-04 covers: the kinds of input its cases exercise, and the
 mistakes it names. An answer wrong on only one kind of input fails its check.
 
-The table in solutions/README.md ("What each check covers") is generated here from the checks
-themselves, so it cannot drift: `python tests/test_checks_coverage.py` prints it.
+The table in docs/contributors/writing-a-lesson.md ("What each check covers") is generated here
+from the checks themselves, so it cannot drift: `python tests/test_checks_coverage.py` prints it.
 """
 
 import math
@@ -41,7 +41,7 @@ from test_checks_catalogue import (
 from attention_course.checks import MODULES
 from attention_course.checks.errors import KNOWN_ERRORS
 
-README = Path(__file__).resolve().parents[1] / "solutions" / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "contributors" / "writing-a-lesson.md"
 LESSONS = ("lesson01", "lesson02", "lesson03", "lesson04")
 CHECKS = [name.removeprefix("check_") for module in MODULES
           if module.__name__.rpartition(".")[2] in LESSONS
