@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from grading import build_class, environment  # noqa: E402
 
+from grader.course import lesson_names  # noqa: E402
 from grader.records import gradebook  # noqa: E402
-from grader.course import Workspace, lesson_names  # noqa: E402
+from grader.workspace import Workspace
 from tests.dask_cluster import local_cluster  # noqa: E402
 from tests.postgres import throwaway_server  # noqa: E402
 

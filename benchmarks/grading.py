@@ -20,9 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.records import gradebook  # noqa: E402
-from grader.course import Workspace, lesson_names  # noqa: E402
+from grader.course import lesson_names  # noqa: E402
 from grader.demo import student_id, submission_file  # noqa: E402
+from grader.records import gradebook  # noqa: E402
+from grader.workspace import Workspace
 
 HONEST = ("correct", "mistake", "partly answered", "blank")
 

@@ -20,15 +20,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import collect, release
-from .records import database, gradebook, lateness
+from . import intake, release
+from .course import ROOT, GradedCellError, lesson_names, read_lesson
 from .grading.batch import Limits, grade_batch
-from .course import ROOT, GradedCellError, Workspace, lesson_names, read_lesson
+from .grading.results import Outcome, Result
+from .grading.submissions import Submission, find_submissions
 from .outputs.feedback import write_feedback
 from .outputs.report import write_canvas_csv, write_report
-from .grading.results import Outcome, Result
+from .records import database, gradebook, lateness
 from .sandbox.bwrap import SandboxUnavailable
-from .grading.submissions import Submission, find_submissions
+from .workspace import Workspace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
                      "(optionally lms_id, email); students are matched to it by id, else name")
     sub.add_argument("--lesson", help="the lesson the download is for: a notebook of another "
                      "lesson is skipped, and an unreadable file is filed under it")
-    sub.add_argument("--format", default="auto", choices=("auto", *collect.FORMATS),
+    sub.add_argument("--format", default="auto", choices=("auto", *intake.formats.BY_NAME),
                      help="the download's layout (default: detected)")
     sub.add_argument("--dry-run", action="store_true", help="print the table, write nothing")
     sub.add_argument("--again", action="store_true", help="read a download collected before "
@@ -118,11 +119,11 @@ def run_release(args, workspace: Workspace) -> None:
 def run_collect(args, workspace: Workspace) -> None:
     """Print the per-file table; exit with status 1 if any file or student was skipped."""
     try:
-        roster = collect.Roster.read(args.roster) if getattr(args, "roster", None) else None
-        done = collect.collect(args.zip, workspace, roster, args.lesson,
+        roster = intake.Roster.read(args.roster) if getattr(args, "roster", None) else None
+        done = intake.collect(args.zip, workspace, roster, args.lesson,
                                getattr(args, "format", "auto"), getattr(args, "dry_run", False),
                                getattr(args, "again", False))
-    except collect.CollectError as err:
+    except intake.CollectError as err:
         raise SystemExit(f"collect: {err}") from None
     if done.rows:
         print(done.table())
@@ -277,7 +278,7 @@ def run_report(args, workspace: Workspace) -> None:
     grades, page = write_report(results, lessons, workspace.report, standings)
     course = lateness.course_policy(workspace)
     canvas = write_canvas_csv(workspace.report / "canvas.csv", standings, lessons,
-                              lateness.Collected.read(workspace), course.canvas)
+                              intake.Collected.read(workspace), course.canvas)
     print(f"class report: {page}\ngrades for the LMS: {grades}\nfor Canvas's gradebook "
           f"import: {canvas}")
 

@@ -10,9 +10,7 @@ test the grader silently skips.
 """
 
 import ast
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import nbformat
 
@@ -20,8 +18,8 @@ from attention_course import lessons
 from attention_course.checks import CHECKS
 
 from . import syntax
+from .workspace import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, RELEASE = ROOT / "solutions", ROOT / "notebooks"
 COURSE_ID = "attention-step-by-step"
 CHECKS_MODULE = "attention_course.checks"
@@ -142,43 +140,3 @@ def lesson_names() -> list[str]:
 
 def read_course() -> dict[str, Lesson]:
     return {name: read_lesson(name) for name in lesson_names()}
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """One run of the course: submissions, results, feedback, the report and the gradebook,
-    laid out as nbgrader expects (submitted/<student>/<lesson>/<lesson>.ipynb)."""
-
-    root: Path
-
-    @classmethod
-    def default(cls) -> "Workspace":
-        return cls(Path(os.environ.get("ATTENTION_COURSE_WORKSPACE", ROOT / "course")).resolve())
-
-    @property
-    def submitted(self) -> Path:
-        return self.root / "submitted"
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results"
-
-    @property
-    def feedback(self) -> Path:
-        return self.root / "feedback"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def scratch(self) -> Path:
-        return self.root / "scratch"
-
-    @property
-    def db_url(self) -> str:
-        default = f"sqlite:///{self.root / 'gradebook.db'}"
-        return os.environ.get("ATTENTION_COURSE_GRADEBOOK", default)
-
-    def result_file(self, student: str, lesson: str) -> Path:
-        return self.results / student / f"{lesson}.json"

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import nbformat
 
-from .course import RELEASE, SOLUTIONS, Workspace, lesson_names, nbgrader_metadata
+from .course import RELEASE, SOLUTIONS, lesson_names, nbgrader_metadata
+from .workspace import Workspace
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 

@@ -20,8 +20,8 @@ import tomllib
 
 from attention_course import lessons
 
-from .records import alembic_head  # noqa: F401 (new gradebooks: no `alembic` process)
 from .course import ROOT, GradedCellError, graded_cells, lesson_names
+from .records import alembic_head  # noqa: F401 (new gradebooks: no `alembic` process)
 
 CONFIG = ROOT / "grader" / "nbgrader_config.py"
 PLACEHOLDERS = ("{{COLAB_URL}}", "{{REPOSITORY}}", "{{BRANCH}}")

@@ -18,9 +18,10 @@ import pytest
 from dask_cluster import Cluster, local_cluster
 
 from grader import cli
-from grader.records import gradebook
-from grader.course import Workspace, lesson_names
+from grader.course import lesson_names
 from grader.demo import KERNEL_DEATH, build_demo_class, student_notebook
+from grader.records import gradebook
+from grader.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 LESSONS = lesson_names()[:3]  # the fast ones

@@ -1,5 +1,5 @@
 """Collect on each LMS's download, built in the test from the released notebooks and named as
-each LMS documents (see grader/collect.py): nobody is silently dropped, merged or graded under
+each LMS documents (see grader/intake/formats/): nobody is silently dropped, merged or graded under
 another id, every file has a row in the table, and the exit status is 1 exactly when something
 was skipped."""
 
@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, collect
-from grader.course import ROOT, Workspace, lesson_names
+from grader import cli
+from grader.intake.errors import Skip
+from grader.intake.students import folder_id, name_variants, squash
+from grader.timestamps import TIMESTAMP_FORMAT, parse_time
+from grader.course import ROOT, lesson_names
+from grader.workspace import Workspace
 
 L01, L02 = lesson_names()[:2]
 T1, T2, T3 = (2024, 3, 1, 9, 0, 0), (2024, 3, 2, 9, 0, 0), (2024, 3, 3, 9, 0, 0)
@@ -107,7 +111,7 @@ def test_canvas_ids_anchor_the_parse_and_nobody_is_lost_or_merged(tmp_path, caps
     assert status == 1
     # Canvas stamps every entry with the download's time: no submission time is made up
     assert timestamp(workspace, "1001", L02) is None
-    manifest = json.loads((workspace.root / collect.MANIFEST).read_text())
+    manifest = json.loads(workspace.manifest.read_text())
     assert manifest["submissions"][f"1003/{L02}"]["late"] is True
 
 
@@ -467,19 +471,19 @@ def test_zip_names_written_as_utf8_without_the_flag_are_read_as_utf8(tmp_path, c
     ("s07", "s07"), ("jane.doe@example.edu", "jane.doe@example.edu"), ("Zoë", "Zoe"),
     ("bob smith", "bob-smith")])
 def test_folder_ids(raw, expected):
-    assert collect.folder_id(raw)[0] == expected
+    assert folder_id(raw)[0] == expected
 
 
 @pytest.mark.parametrize("raw", ["", ".", "..", "a/b", "a\\b", "tab\there", "x" * 65])
 def test_ids_that_cannot_be_folders_are_refused(raw):
-    with pytest.raises(collect.Skip):
-        collect.folder_id(raw)
+    with pytest.raises(Skip):
+        folder_id(raw)
 
 
 def test_names_match_in_any_order_case_and_accents():
-    assert collect.squash("O_Brien, Pat") in collect.name_variants("Pat O'Brien")
-    assert collect.squash("müllerjörg") in collect.name_variants("Jorg Muller")
-    assert collect.squash("Smith, Bob") in collect.name_variants("Bob Smith")
+    assert squash("O_Brien, Pat") in name_variants("Pat O'Brien")
+    assert squash("müllerjörg") in name_variants("Jorg Muller")
+    assert squash("Smith, Bob") in name_variants("Bob Smith")
 
 
 def test_python_m_grader_collect_prints_the_table_and_fails_on_a_skip(tmp_path):
@@ -499,6 +503,6 @@ def test_python_m_grader_collect_prints_the_table_and_fails_on_a_skip(tmp_path):
 
 def test_times_are_written_as_nbgrader_reads_them():
     when = datetime(2024, 3, 1, 18, 15, 30, 123456, tzinfo=timezone.utc)
-    text = when.strftime(collect.TIMESTAMP_FORMAT)
+    text = when.strftime(TIMESTAMP_FORMAT)
     assert text == "2024-03-01 18:15:30.123456 UTC"
-    assert collect._exchange_time(text) == when
+    assert parse_time(text) == when

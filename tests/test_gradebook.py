@@ -23,10 +23,11 @@ from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
 from grader import cli
-from grader.records import gradebook
-from grader.course import COURSE_ID, ROOT, Workspace
+from grader.course import COURSE_ID, ROOT
 from grader.demo import MISTAKES, practice_names, student_notebook
 from grader.grading.submissions import find_submissions
+from grader.records import gradebook
+from grader.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 LESSON = "02_scaled_dot_product"

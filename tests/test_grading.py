@@ -15,8 +15,7 @@ import psutil
 import pytest
 
 from grader import cli
-from grader.records import gradebook
-from grader.course import Workspace, read_course
+from grader.course import read_course
 from grader.demo import (
     IGNORES_INTERRUPTS,
     KERNEL_DEATH,
@@ -26,6 +25,8 @@ from grader.demo import (
     student_notebook,
 )
 from grader.grading.results import Outcome, Result
+from grader.records import gradebook
+from grader.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 COURSE = read_course()

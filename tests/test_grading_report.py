@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from grader.grading.results import ExerciseResult, Outcome, Result, not_graded
 from grader.outputs import report as class_report
 from grader.outputs.feedback import feedback_html, write_feedback
 from grader.outputs.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
 from grader.outputs.report import TEMPLATES, write_report
-from grader.grading.results import ExerciseResult, Outcome, Result, not_graded
 
 LESSONS = {
     "01_intro": [("check_alpha", 2.0), ("check_beta", 3.0)],

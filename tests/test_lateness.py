@@ -16,11 +16,12 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader import cli
-from grader.records import gradebook
-from grader.course import COURSE_ID, ROOT, Workspace, read_lesson
+from grader.course import COURSE_ID, ROOT, read_lesson
 from grader.demo import practice_names, student_notebook
-from grader.records.lateness import CourseFile, CourseFileError, LatePolicy, lateness
 from grader.grading.results import ExerciseResult, Outcome, Result
+from grader.records import gradebook
+from grader.records.lateness import CourseFile, CourseFileError, LatePolicy, lateness
+from grader.workspace import Workspace
 
 UTC = timezone.utc
 DUE = datetime(2025, 3, 7, 23, 59, tzinfo=UTC)

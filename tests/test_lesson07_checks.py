@@ -429,10 +429,11 @@ def test_the_tiled_check_hands_the_grader_a_harness_it_can_name():
 
 @pytest.mark.slow
 def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_whole_matrices():
-    from grader.grading.batch import grade_batch
-    from grader.course import Workspace, read_lesson
+    from grader.course import read_lesson
     from grader.demo import practice_names, student_notebook
+    from grader.grading.batch import grade_batch
     from grader.grading.submissions import Submission
+    from grader.workspace import Workspace
 
     lesson = read_lesson(LESSON)
     untiled_body = """

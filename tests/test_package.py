@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from attention_course import lessons
-from grader.sandbox import package
 from grader.grading.batch import RUNNER
+from grader.sandbox import package
 from tests.notebook_tools import lessons as lesson_ids
 
 PROBE = """

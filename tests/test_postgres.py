@@ -18,12 +18,13 @@ import postgres
 import pytest
 
 from grader import cli
-from grader.records import database, gradebook
-from grader.course import ROOT, Workspace, read_lesson
+from grader.course import ROOT, read_lesson
 from grader.demo import build_demo_class
-from grader.records.lateness import CourseFile
 from grader.grading.results import ExerciseResult, Outcome, Result
 from grader.grading.submissions import find_submissions
+from grader.records import database, gradebook
+from grader.records.lateness import CourseFile
+from grader.workspace import Workspace
 
 L01, L02 = "01_embeddings", "02_scaled_dot_product"
 LESSONS = [L01, L02]  # the demo's two fastest lessons

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from attention_course.checks import observing, wire
-from grader.grading import verdicts
 from grader.course import CheckCall, GradedCell
+from grader.grading import verdicts
 
 SOFTMAX_CELL = GradedCell("check_softmax", 2.0, (CheckCall("check_softmax", ("softmax",), 0),
                                                  CheckCall("check_softmax", ("softmax",), 1)), "")

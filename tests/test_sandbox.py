@@ -16,10 +16,11 @@ import psutil
 import pytest
 
 from grader import cli
+from grader.course import ROOT
+from grader.demo import practice_names, student_notebook
 from grader.sandbox import bwrap as sandbox
 from grader.sandbox import package
-from grader.course import ROOT, Workspace
-from grader.demo import practice_names, student_notebook
+from grader.workspace import Workspace
 
 NO_NAMESPACES = "bwrap: No permissions to create a new namespace, likely because the kernel " \
                 "does not allow non-privileged user namespaces."

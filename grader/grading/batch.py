@@ -37,8 +37,9 @@ from pathlib import Path
 
 from attention_course import lessons as registry
 
+from ..course import Lesson
 from ..sandbox import bwrap, package
-from ..course import Lesson, Workspace
+from ..workspace import Workspace
 from .inspection import answer_tokens, inspect_submission
 from .results import Outcome, Result, not_graded
 from .submissions import Submission, Ungradable, notebook_bytes, parse_notebook, plan

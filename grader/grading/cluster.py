@@ -28,9 +28,10 @@ from pathlib import Path
 
 from distributed import Client, WorkerPlugin, as_completed, get_worker
 
+from ..course import ROOT, Lesson
 from ..sandbox import bwrap
+from ..workspace import Workspace
 from .batch import Graded, Handin, Limits, Runner, grade_safely, keep
-from ..course import ROOT, Lesson, Workspace
 from .results import Result
 from .submissions import Submission
 

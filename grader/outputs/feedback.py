@@ -18,9 +18,9 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..records.lateness import nbgrader_time
-from .report import format_points, render
 from ..grading.results import ExerciseResult, Outcome, Result
+from ..timestamps import nbgrader_time
+from .report import format_points, render
 
 OUTCOME_EXPLANATIONS = {
     Outcome.UNGRADABLE: "Your notebook could not be graded.",

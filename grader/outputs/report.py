@@ -269,7 +269,8 @@ TEMPLATES.filters.update(points=format_points, truncated=truncated)
 
 
 def render(template: str, **context) -> str:
-    """A page from grader/outputs/templates, every value in `context` escaped as HTML unless marked safe."""
+    """A page from the templates folder, every value in `context` escaped as HTML unless
+    marked safe."""
     return TEMPLATES.get_template(template).render(**context)
 
 

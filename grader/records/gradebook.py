@@ -52,12 +52,15 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
-from . import database
 from .. import release
-from ..course import RELEASE, Lesson, Workspace, nbgrader_metadata
-from .lateness import Collected, CourseFile, Lateness, as_utc, lateness, read_timestamp
+from ..course import RELEASE, Lesson, nbgrader_metadata
 from ..grading.results import ExerciseResult, Outcome, Result
 from ..grading.submissions import Submission, Ungradable, read_notebook, released_cells
+from ..intake.manifest import Collected
+from ..timestamps import as_utc, read_timestamp
+from ..workspace import Workspace
+from . import database
+from .lateness import CourseFile, Lateness, lateness
 
 # nbgrader's Gradebook runs `alembic` (installed next to this Python) to check the schema
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"

@@ -28,15 +28,14 @@ verdict, the LATE marker collect kept in ``collected.json``. A penalty never tak
 the points a submission has.
 """
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
-from pathlib import Path
 
 import tomllib
 
-from ..course import Workspace
+from ..timestamps import as_utc, parse_time
+from ..workspace import Workspace
 
 COURSE_FILE = "course.toml"
 DAY = timedelta(days=1)
@@ -65,7 +64,7 @@ class CourseFile:
 
     @classmethod
     def read(cls, workspace: Workspace) -> "CourseFile":
-        path = workspace.root / COURSE_FILE
+        path = workspace.course_file
         if not path.is_file():
             return cls()
         try:
@@ -133,26 +132,6 @@ def _utc(value, where: str) -> datetime:
     raise CourseFileError(f"{where}: not a date and time: {value!r}")
 
 
-def as_utc(value: datetime | None) -> datetime | None:
-    """An aware UTC datetime; a naive one (as nbgrader's gradebook stores them) is UTC."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
-
-
-def parse_time(text: str) -> datetime | None:
-    """A time as nbgrader reads it (``2025-03-07 12:00:00.000000 UTC``, ISO 8601, a trailing
-    zone name or offset), in UTC; None if it is not one."""
-    from nbgrader.utils import parse_utc
-
-    try:
-        return as_utc(parse_utc(text.strip()))
-    except (ValueError, OverflowError, TypeError):
-        return None
-
-
 # -- how late ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -206,60 +185,9 @@ def _share(days: int, policy: LatePolicy) -> float:
     return min(policy.max_penalty, days * policy.penalty_per_day) if days > 0 else 0.0
 
 
-# -- what collect recorded -----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Collected:
-    """What collect's manifest (collected.json) says about the class."""
-
-    late: frozenset[tuple[str, str]] = frozenset()  # (student, lesson) the LMS marked late
-    canvas_ids: dict[str, str] = field(default_factory=dict)  # student -> Canvas user id
-    names: dict[str, str] = field(default_factory=dict)  # student -> the LMS's name, if any
-
-    @classmethod
-    def read(cls, workspace: Workspace) -> "Collected":
-        path = workspace.root / "collected.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        except (OSError, ValueError):
-            data = {}
-        late = set()
-        for key, record in dict(data.get("submissions") or {}).items():
-            student, _, lesson = str(key).rpartition("/")
-            if isinstance(record, dict) and record.get("late") and not record.get("time"):
-                late.add((student, lesson))
-        canvas, names = {}, {}
-        for student, identities in dict(data.get("students") or {}).items():
-            for key, value in dict(identities or {}).items():
-                kind, _, lms_id = str(key).partition(":")
-                if kind == "canvas" and lms_id.isdigit():  # not an anonymous id
-                    canvas.setdefault(student, lms_id)
-                who = str(dict(value or {}).get("who", ""))
-                if who.endswith(")") and " (" in who:
-                    names.setdefault(student, who[who.rindex(" (") + 2:-1])
-        return cls(frozenset(late), canvas, names)
-
-
 def course_policy(workspace: Workspace) -> CourseFile:
     """The course file, or SystemExit saying what is wrong with it."""
     try:
         return CourseFile.read(workspace)
     except CourseFileError as err:
         raise SystemExit(f"course file: {err}") from None
-
-
-def nbgrader_time(value: datetime) -> str:
-    """A time as nbgrader's exchange writes timestamp.txt (UTC)."""
-    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-
-
-def read_timestamp(folder: Path) -> datetime | None:
-    """The time in a submission folder's timestamp.txt (UTC), or None."""
-    path = Path(folder) / "timestamp.txt"
-    if path.is_symlink() or not path.is_file():
-        return None
-    try:
-        with path.open("rb") as file:
-            return parse_time(file.read(256).decode("utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return None

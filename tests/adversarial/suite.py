@@ -38,10 +38,11 @@ sys.path.insert(0, str(ROOT))  # the grader, when run as a script
 from attacks import ATTACKS, LESSON, MARKER, Attack, Target, file_of, notebook  # noqa: E402
 
 from grader import cli  # noqa: E402
-from grader.records import gradebook  # noqa: E402
-from grader.course import COURSE_ID, Workspace  # noqa: E402
+from grader.course import COURSE_ID  # noqa: E402
 from grader.demo import MISTAKES  # noqa: E402
 from grader.grading.results import Result  # noqa: E402
+from grader.records import gradebook  # noqa: E402
+from grader.workspace import Workspace
 
 # A cell may run 10 s: a correct cell that imports torch._dynamo (@torch.compile) takes 1.6 s
 # alone and passed 5 s with the whole suite running beside it.

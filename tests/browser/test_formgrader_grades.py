@@ -15,9 +15,9 @@ from notebook_tools import lessons
 from playwright.sync_api import expect
 
 from grader import cli
-from grader.records import gradebook
-from grader.course import Workspace
 from grader.demo import student_id, submission_file
+from grader.records import gradebook
+from grader.workspace import Workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LESSONS = {2: "02_scaled_dot_product", 3: "03_masking"}  # lesson number -> lesson

@@ -1,0 +1,64 @@
+"""Collecting a class's notebooks from an LMS download into nbgrader's submitted/ folder.
+
+``collect(source, workspace)`` reads one download (a zip, or a folder such as nbgrader's
+exchange inbound/) and writes ``submitted/<student>/<lesson>/<lesson>.ipynb`` with nbgrader's
+``timestamp.txt`` beside it. Every file of the download gets a row in the table it returns: the
+student and lesson it went to and its outcome (collected, renamed, merged, superseded, unchanged,
+ignored, or skipped and why). Nobody is dropped, merged or graded under another id without a
+row saying so; one bad file never stops the others.
+
+The steps, one module each: the download's files (``download``); its LMS, and whose each file
+is by that LMS's naming (``formats``, one module per LMS, each citing its source); every file
+read, each notebook's lesson taken from its content (``candidates``, ``lessons``); each
+notebook's student, from the roster or the LMS (``identify``, ``students``); the newest notebook
+per student and lesson written (``submitted``), and what was collected from where kept in the
+workspace (``manifest``).
+"""
+
+from pathlib import Path
+
+from ..course import lesson_names
+from ..workspace import Workspace
+from . import formats
+from .candidates import read_files
+from .download import download_hash, opened
+from .errors import CollectError, Skip
+from .identify import identify, no_notebook
+from .manifest import Collected, Manifest
+from .students import Roster
+from .submitted import newest, write
+from .table import Collection, Row
+
+__all__ = ["Collected", "Collection", "CollectError", "Roster", "Row", "Skip", "collect"]
+
+
+def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
+            lesson: str | None = None, fmt: str = "auto", dry_run: bool = False,
+            again: bool = False) -> Collection:
+    """Collect one download into the workspace's submitted/ folder; see the module docstring.
+    A download collected before is not read again unless ``again``."""
+    source = Path(source)
+    lessons = lesson_names()
+    if lesson is not None and lesson not in lessons:
+        raise CollectError(f"unknown lesson {lesson!r}; the course's lessons: "
+                           f"{', '.join(lessons)}")
+    if fmt != "auto" and fmt not in formats.BY_NAME:
+        raise CollectError(f"unknown format {fmt!r}: one of {', '.join(formats.BY_NAME)}")
+    if not source.exists():
+        raise CollectError(f"{source} does not exist")
+    manifest = Manifest.load(workspace)
+    digest = download_hash(source)
+    if digest in manifest.archives and not again:
+        seen = manifest.archives[digest]
+        label = formats.BY_NAME.get(seen.get("format"), formats.Files).label
+        return Collection(source.name, label, [],
+                          already=f"on {seen['collected']} as {seen['name']}")
+    with opened(source) as entries:
+        kind = formats.detect(entries) if fmt == "auto" else formats.BY_NAME[fmt]
+        read = read_files(kind(entries, lessons), lesson)
+    identify(read.candidates, read.others, roster, manifest)
+    winners = newest(read.candidates, manifest, workspace)
+    no_notebook(read.candidates, read.others)
+    if not dry_run:
+        write(winners, workspace, manifest, digest, source.name, kind.name)
+    return Collection(source.name, kind.label, read.rows, dry_run=dry_run)
