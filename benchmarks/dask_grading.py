@@ -25,15 +25,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the grader, the tests' helpers
 
 from grading import build_class, environment  # noqa: E402
 
 from grader.course import lesson_names  # noqa: E402
-from grader.records import gradebook  # noqa: E402
-from grader.workspace import Workspace
-from tests.dask_cluster import local_cluster  # noqa: E402
-from tests.postgres import throwaway_server  # noqa: E402
+from grader.workspace import Workspace  # noqa: E402
+from helpers import gradebook  # noqa: E402
+from helpers.dask_cluster import local_cluster  # noqa: E402
+from helpers.postgres import throwaway_server  # noqa: E402
 
 MODES = ("here", "cluster", "cluster + PostgreSQL")
 
@@ -58,7 +58,7 @@ def measure(students: list[int], lessons: list[str] | None = None, rounds: int =
             local_cluster(Path(scratch) / "dask", workers) as cluster, throwaway_server() as pg:
         base = Path(scratch) / "class"
         count = build_class(base, students, lessons)
-        gradebook.ensure_lessons(Workspace(base).db_url, lessons)  # not timed: the same for all
+        gradebook.ensure_lessons(Workspace(base), lessons)  # not timed: the same for all
         workspaces = {mode: Path(scratch) / f"workspace-{n}" for n, mode in enumerate(MODES)}
         urls = {mode: Workspace(workspaces[mode]).db_url for mode in MODES}
         urls["cluster + PostgreSQL"] = pg.create_database()

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the grader, the tests' helpers
 
 from grader.course import lesson_names  # noqa: E402
 from grader.demo import student_id, submission_file  # noqa: E402
-from grader.records import gradebook  # noqa: E402
-from grader.workspace import Workspace
+from grader.workspace import Workspace  # noqa: E402
+from helpers import gradebook  # noqa: E402
 
 HONEST = ("correct", "mistake", "partly answered", "blank")
 
@@ -81,7 +81,7 @@ def measure(students: list[int], lessons: list[str] | None = None, rounds: int =
     with tempfile.TemporaryDirectory() as scratch:
         workspaces = {name: Path(scratch) / name.replace(" ", "-") for name in GRADERS}
         count = build_class(workspaces["ours"], students, lessons)
-        gradebook.ensure_lessons(Workspace(workspaces["ours"]).db_url, lessons)
+        gradebook.ensure_lessons(Workspace(workspaces["ours"]), lessons)
         for name, workspace in workspaces.items():  # not timed: the same one-off setup for all
             if name != "ours":
                 shutil.copytree(workspaces["ours"], workspace)
@@ -89,7 +89,7 @@ def measure(students: list[int], lessons: list[str] | None = None, rounds: int =
         for _ in range(rounds):  # alternating, so all see the same machine
             for name, grade in GRADERS.items():
                 times[name].append(grade(workspaces[name], lessons))
-        points = {name: gradebook.scores(Workspace(w).db_url) for name, w in workspaces.items()}
+        points = {name: gradebook.scores(Workspace(w)) for name, w in workspaces.items()}
     different = sorted(f"{name}: {student}/{lesson}" for name in points
                        for (student, lesson), got in points["stock"].items()
                        if points[name].get((student, lesson)) != got)

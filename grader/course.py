@@ -10,6 +10,8 @@ test the grader silently skips.
 """
 
 import ast
+import functools
+import re
 from dataclasses import dataclass
 
 import nbformat
@@ -23,6 +25,7 @@ from .workspace import ROOT
 SOLUTIONS, RELEASE = ROOT / "solutions", ROOT / "notebooks"
 COURSE_ID = "attention-step-by-step"
 CHECKS_MODULE = "attention_course.checks"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"  # nbgrader's solution region
 
 
 class GradedCellError(ValueError):
@@ -138,5 +141,11 @@ def lesson_names() -> list[str]:
     return lessons.ids()
 
 
-def read_course() -> dict[str, Lesson]:
-    return {name: read_lesson(name) for name in lesson_names()}
+@functools.cache
+def solution_sources(lesson: str) -> dict[str, str]:
+    """Practice cell name -> the instructor's answer, as a student would have typed it (for
+    inspection's copied-answer flags, and the demo class)."""
+    source = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
+    markers = re.compile(rf"^ *(?:{re.escape(BEGIN)}|{re.escape(END)})\n?", re.M)
+    return {nbgrader_metadata(c)["grade_id"]: markers.sub("", c.source)
+            for c in source.cells if nbgrader_metadata(c).get("solution")}

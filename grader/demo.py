@@ -21,10 +21,16 @@ from pathlib import Path
 
 import nbformat
 
-from .course import RELEASE, SOLUTIONS, lesson_names, nbgrader_metadata
+from .course import (
+    BEGIN,
+    END,
+    RELEASE,
+    SOLUTIONS,
+    lesson_names,
+    nbgrader_metadata,
+    solution_sources,
+)
 from .workspace import Workspace
-
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 # One realistic mistake per exercise, written as a student would: (body, the mistake's name).
 MISTAKES = {
@@ -205,15 +211,6 @@ def with_body(source: str, body: str) -> str:
         raise ValueError("no solution region")
     indented = textwrap.indent(textwrap.dedent(body).strip("\n"), match.group(1)) + "\n"
     return source[:match.start()] + indented + source[match.end():]
-
-
-@functools.cache
-def solution_sources(lesson: str) -> dict[str, str]:
-    """Practice cell name -> the instructor's answer, as a student would have typed it."""
-    source = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
-    markers = re.compile(rf"^ *(?:{re.escape(BEGIN)}|{re.escape(END)})\n?", re.M)
-    return {nbgrader_metadata(c)["grade_id"]: markers.sub("", c.source)
-            for c in source.cells if nbgrader_metadata(c).get("solution")}
 
 
 def student_notebook(lesson: str, answers: dict[str, str | None],

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from oracles import assert_close, loop_attention
 
 from attention_course.attention import attention_scores, scaled_dot_product_attention, softmax
 from attention_course.masks import to_additive_mask
 from attention_course.multihead import MultiHeadAttention
+from helpers.oracles import assert_close, loop_attention
 
 B, H, T, S, D, Dv = 2, 3, 5, 7, 4, 6
 

@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from notebook_tools import ROOT
+
+from helpers.notebooks import ROOT
 
 pytestmark = pytest.mark.slow
 

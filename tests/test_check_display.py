@@ -3,7 +3,8 @@ diagnosis first, none of the checker's own frames."""
 
 import nbformat
 import pytest
-from notebook_tools import ROOT, execute
+
+from helpers.notebooks import ROOT, execute
 
 WRONG_SOFTMAX = """\
 from attention_course.checks import check_softmax

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from dask_cluster import Cluster, local_cluster
 
 from grader import cli
 from grader.course import lesson_names
 from grader.demo import KERNEL_DEATH, build_demo_class, student_notebook
-from grader.records import gradebook
 from grader.workspace import Workspace
+from helpers import gradebook
+from helpers.dask_cluster import Cluster, local_cluster
 
 pytestmark = pytest.mark.slow
 LESSONS = lesson_names()[:3]  # the fast ones
@@ -49,7 +49,7 @@ def collected(tmp_path_factory) -> Workspace:
     dying = workspace.submitted / DYING / LESSONS[0] / f"{LESSONS[0]}.ipynb"
     dying.parent.mkdir(parents=True)
     dying.write_text(nbformat.writes(student_notebook(LESSONS[0], {}, KERNEL_DEATH)))
-    gradebook.ensure_lessons(workspace.db_url, LESSONS)  # once, not once per copy
+    gradebook.ensure_lessons(workspace, LESSONS)  # once, not once per copy
     return workspace
 
 
@@ -75,7 +75,7 @@ def outcomes(workspace: Workspace) -> dict:
     """(student, lesson) -> outcome, points per cell and flags, from results/."""
     return {(r.student, r.lesson): (r.outcome, {e.grade_id: e.points for e in r.exercises},
                                     r.flags)
-            for r in cli.load_results(workspace)}
+            for r in gradebook.results(workspace)}
 
 
 def times_recorded(workspace: Workspace, submissions) -> set[int]:
@@ -94,7 +94,7 @@ def test_the_cluster_gives_the_points_of_grading_here(cluster, collected, graded
     assert {outcome for outcome, _, _ in expected.values()} >= {"graded", "ungradable",
                                                                "crashed"}
     assert outcomes(workspace) == expected
-    assert gradebook.scores(workspace.db_url) == gradebook.scores(graded_here.db_url)
+    assert gradebook.scores(workspace) == gradebook.scores(graded_here)
     assert times_recorded(workspace, expected) == {1}
     kept = {p.relative_to(graded_here.results) for p in graded_here.results.glob("*/*.output.txt")}
     assert kept and kept == {p.relative_to(workspace.results)
@@ -120,7 +120,7 @@ def test_a_worker_killed_mid_batch_costs_nothing(cluster, collected, graded_here
     assert killed and killed[0] in workers.values(), "no worker was busy mid-batch"
     expected = outcomes(graded_here)
     assert outcomes(workspace) == expected
-    assert gradebook.scores(workspace.db_url) == gradebook.scores(graded_here.db_url)
+    assert gradebook.scores(workspace) == gradebook.scores(graded_here)
     assert times_recorded(workspace, expected) == {1}
 
 
@@ -151,4 +151,4 @@ def test_an_unreachable_scheduler_grades_nothing_and_says_so_in_one_line(collect
     message = str(refused.value.code)
     assert message.startswith("Not grading: cannot reach the Dask scheduler at " + address)
     assert "\n" not in message and message.endswith("Nothing was graded.")
-    assert not list(workspace.results.glob("*/*.json")) and not gradebook.scores(workspace.db_url)
+    assert not list(workspace.results.glob("*/*.json")) and not gradebook.scores(workspace)

@@ -15,10 +15,11 @@ from importlib.machinery import ModuleSpec
 import pytest
 import tomllib
 import torch
-from notebook_tools import NOTEBOOKS, ROOT, lessons, read
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+from helpers.notebooks import NOTEBOOKS, ROOT, lessons, read
 
 LESSONS = lessons()
 SETTINGS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["attention-course"]

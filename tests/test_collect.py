@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from grader import cli
+from grader.course import ROOT, lesson_names
 from grader.intake.errors import Skip
 from grader.intake.students import folder_id, name_variants, squash
 from grader.timestamps import TIMESTAMP_FORMAT, parse_time
-from grader.course import ROOT, lesson_names
 from grader.workspace import Workspace
 
 L01, L02 = lesson_names()[:2]

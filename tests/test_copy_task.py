@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from oracles import assert_close
 from torch import nn
 
 from attention_course.checks import check_copy_accuracy
@@ -26,6 +25,7 @@ from attention_course.training import (
     teacher_forced_accuracy,
     train,
 )
+from helpers.oracles import assert_close
 
 N, V = 4, 6  # a small task: 4 content tokens from a vocabulary of 6
 

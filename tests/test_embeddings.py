@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-from oracles import assert_close
 from torch import nn
 
 from attention_course.embeddings import (
@@ -13,6 +12,7 @@ from attention_course.embeddings import (
     sinusoidal_positional_encoding,
     token_and_position_embedding,
 )
+from helpers.oracles import assert_close
 
 V, C = 11, 6
 

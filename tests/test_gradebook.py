@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -22,12 +23,11 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
-from grader import cli
+from grader import cli, commands
 from grader.course import COURSE_ID, ROOT
 from grader.demo import MISTAKES, practice_names, student_notebook
-from grader.grading.submissions import find_submissions
-from grader.records import gradebook
-from grader.workspace import Workspace
+from grader.workspace import Workspace, folder_digest
+from helpers import gradebook
 
 pytestmark = pytest.mark.slow
 LESSON = "02_scaled_dot_product"
@@ -120,7 +120,7 @@ def test_every_graded_submission_is_in_the_gradebook_as_nbgrader_autograde_write
 
 
 def test_the_autograded_notebook_shows_the_verdicts_and_none_of_the_students_outputs(graded):
-    notebook = nbformat.read(gradebook.autograded_file(graded, "bob", LESSON), as_version=4)
+    notebook = nbformat.read(graded.autograded_file("bob", LESSON), as_version=4)
     nbformat.validate(notebook)
     verdicts = {c.metadata["nbgrader"]["grade_id"]: c.outputs[0]["text"] for c in notebook.cells
                 if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c.outputs}
@@ -128,10 +128,10 @@ def test_the_autograded_notebook_shows_the_verdicts_and_none_of_the_students_out
     assert verdicts["check_attention_scores"].startswith("[grader] passed")
     assert not [c for c in notebook.cells if c.cell_type == "code" and c.outputs
                 and not c.metadata.get("nbgrader", {}).get("grade")]
-    held = nbformat.read(gradebook.autograded_file(graded, "fay", LESSON), as_version=4)
+    held = nbformat.read(graded.autograded_file("fay", LESSON), as_version=4)
     note = held.cells[0].source
     assert "Held for a human" in note and "garbage collector" in note
-    unread = nbformat.read(gradebook.autograded_file(graded, "zed", LESSON), as_version=4)
+    unread = nbformat.read(graded.autograded_file("zed", LESSON), as_version=4)
     assert "not valid JSON" in unread.cells[0].source  # the released notebook, with why
 
 
@@ -139,18 +139,19 @@ def test_an_interrupted_batch_resumed_gives_the_same_gradebook(graded, tmp_path,
                                                                 capsys):
     workspace = Workspace(tmp_path / "course")
     write_class(workspace)
-    real = cli.grade_batch
+    real = commands.grade_batch
     seen = []
 
-    def interrupted_after_two(*args, on_result, **kwargs):
-        def callback(result):
+    def interrupted_after_two(*args, **kwargs):
+        graded = real(*args, **kwargs)
+        for handin, done in graded:
             if len(seen) == 2:
+                graded.close()
                 raise KeyboardInterrupt  # as Ctrl-C would, after two results
-            on_result(result)
-            seen.append(result.student)
-        return real(*args, on_result=callback, **kwargs)
+            seen.append(handin.student)
+            yield handin, done
 
-    monkeypatch.setattr(cli, "grade_batch", interrupted_after_two)
+    monkeypatch.setattr(commands, "grade_batch", interrupted_after_two)
     with pytest.raises(SystemExit) as stopped:
         grade(workspace)
     assert stopped.value.code == 130
@@ -158,14 +159,14 @@ def test_an_interrupted_batch_resumed_gives_the_same_gradebook(graded, tmp_path,
         capsys.readouterr().err
     assert set(rows(workspace)) == {(student, LESSON) for student in seen}
 
-    monkeypatch.setattr(cli, "grade_batch", real)
+    monkeypatch.setattr(commands, "grade_batch", real)
     assert grade(workspace) == 0
     assert "2 submission(s) already in the gradebook" in capsys.readouterr().out
     assert rows(workspace) == rows(graded)
     for student in CLASS:  # graded once each: the resumed batch did not grade them again
         assert len(gradebook.history(workspace, student, LESSON)) == 1
-        assert (gradebook.autograded_file(workspace, student, LESSON).read_bytes()
-                == gradebook.autograded_file(graded, student, LESSON).read_bytes())
+        assert (workspace.autograded_file(student, LESSON).read_bytes()
+                == graded.autograded_file(student, LESSON).read_bytes())
 
 
 def recorded_count(workspace: Workspace) -> int:
@@ -217,31 +218,48 @@ def test_ctrl_c_in_a_running_batch_loses_nothing(graded, tmp_path):
     assert rows(workspace) == rows(graded)
 
 
+def test_a_notebook_collected_anew_while_it_is_graded_is_graded_again(tmp_path):
+    """What the gradebook records with a result (the digest and time of the files) is what was
+    read for grading: a `collect` that brings a newer notebook while the batch grades the older
+    one leaves the newer one to grade, and `grade` then grades it instead of skipping it."""
+    workspace = Workspace(tmp_path / "course")
+    started, go = tmp_path / "started", tmp_path / "go"
+    waits = (f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+             f"for _ in range(600):\n    if pathlib.Path({str(go)!r}).exists():\n        break\n"
+             f"    time.sleep(0.1)")
+    write_class(workspace, {"ann": (student_notebook(LESSON, ANSWERS, waits), None)})
+    command = [sys.executable, "-m", "grader", "--workspace", str(workspace.root), "grade",
+               "--workers", "1", "--no-sandbox"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not started.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+        time.sleep(0.1)
+    newer = student_notebook(LESSON, ANSWERS | {"softmax": MISTAKES["softmax"][0]})
+    download = tmp_path / "download.zip"
+    with zipfile.ZipFile(download, "w") as archive:
+        archive.writestr(f"ann_{LESSON}.ipynb", nbformat.writes(newer))
+    assert cli.main(["--workspace", str(workspace.root), "collect", str(download)]) == 0
+    go.touch()
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    first = gradebook.history(workspace, "ann", LESSON)
+    assert len(first) == 1 and first[0]["result"]["score"] == MAX  # the older notebook
+
+    assert grade(workspace, "--no-sandbox") == 0
+    entries = gradebook.history(workspace, "ann", LESSON)
+    assert len(entries) == 2, "the newer notebook was skipped as if it had been graded"
+    assert entries[1]["submission"] == folder_digest(workspace.submission("ann", LESSON))
+    assert entries[1]["result"]["score"] == MAX - 2  # its softmax is wrong
+
+
 def test_grading_again_skips_what_is_graded_unless_the_files_changed_or_again(graded, capsys):
     before = rows(graded)
     assert grade(graded) == 0
     assert "4 submission(s) already in the gradebook" in capsys.readouterr().out
     assert rows(graded) == before
     assert all(len(gradebook.history(graded, s, LESSON)) == 1 for s in CLASS)
-
-
-def test_a_workspace_from_before_the_history_moved_into_the_database_keeps_it(graded, tmp_path):
-    """Its history files in results/ become the database's history the next time it is
-    graded; a submission graded from the same files is still skipped."""
-    workspace = Workspace(tmp_path / "course")
-    shutil.copytree(graded.root, workspace.root)
-    with sqlite3.connect(workspace.root / "gradebook.db") as db:
-        db.execute("DELETE FROM attention_course_results")  # as before it existed
-    ann = gradebook.history(graded, "ann", LESSON)[-1]
-    legacy = gradebook.legacy_history_dir(workspace, "ann", LESSON)
-    legacy.mkdir()
-    (legacy / "20250301T100000000000Z.json").write_text(json.dumps(
-        {"recorded": ann["recorded"], "submission": ann["submission"], "result": ann["result"]}))
-    submissions = find_submissions(workspace.submitted, [LESSON])
-    pending, done = gradebook.to_grade(workspace, submissions, again=False)
-    assert [s.student for s in done] == ["ann"]  # bob, fay, zed: no digest kept, graded again
-    assert [e["result"] for e in gradebook.history(workspace, "ann", LESSON)] == [ann["result"]]
-    assert [e["submission"] for e in gradebook.history(workspace, "bob", LESSON)] == [None]
 
 
 def test_a_human_score_wins_survives_grading_again_and_is_in_the_csv(graded, capsys):
@@ -251,7 +269,7 @@ def test_a_human_score_wins_survives_grading_again_and_is_in_the_csv(graded, cap
 
     assert grade(graded, "--student", "bob", "--again") == 0
     assert total(graded, "bob") == 7
-    assert gradebook.overrides(graded.db_url) == [("bob", LESSON, "check_softmax", 1.5, 0.5)]
+    assert gradebook.overrides(graded) == [("bob", LESSON, "check_softmax", 1.5, 0.5)]
     entries = gradebook.history(graded, "bob", LESSON)
     assert len(entries) == 2 and entries[0]["result"] == entries[1]["result"] | {
         "seconds": entries[0]["result"]["seconds"]}
@@ -346,9 +364,11 @@ def test_the_formgrader_autograde_button_grades_in_the_sandbox(graded):
 
 
 def test_release_feedback_and_fetch_feedback_work_on_the_feedback(graded, tmp_path):
-    # the exchange's secret of ann's submission, as collect keeps it beside timestamp.txt
+    # the exchange's secret of ann's submission, as collect keeps it beside timestamp.txt: her
+    # submission is new, so it is graded again; the feedback is the graded submission's
     secret = "4f2c9a61b3d84e0f9e2b7c5a1d6e8f30"
     (graded.submitted / "ann" / LESSON / "submission_secret.txt").write_text(secret)
+    assert grade(graded, "--student", "ann") == 0
     assert cli.main(["--workspace", str(graded.root), "feedback"]) == 0
     exchange = tmp_path / "exchange"
     exchange.mkdir()

@@ -15,7 +15,6 @@ import psutil
 import pytest
 
 from grader import cli
-from grader.course import read_course
 from grader.demo import (
     IGNORES_INTERRUPTS,
     KERNEL_DEATH,
@@ -25,8 +24,9 @@ from grader.demo import (
     student_notebook,
 )
 from grader.grading.results import Outcome, Result
-from grader.records import gradebook
 from grader.workspace import Workspace
+from helpers import gradebook
+from helpers.gradebook import read_course
 
 pytestmark = pytest.mark.slow
 COURSE = read_course()
@@ -115,7 +115,7 @@ def graded(tmp_path_factory):
     finally:
         stop.set()
         killer.join()
-    results = {(r.student, r.lesson): r for r in cli.load_results(workspace)}
+    results = {(r.student, r.lesson): r for r in gradebook.results(workspace)}
     return workspace, results, killed
 
 
@@ -207,7 +207,7 @@ def test_a_kernel_killed_mid_batch_costs_only_its_own_submission(graded):
 
 def test_the_gradebook_holds_the_points(graded):
     workspace, results, _ = graded
-    stored = gradebook.scores(workspace.db_url)
+    stored = gradebook.scores(workspace)
     assert stored == {key: points(result) for key, result in results.items()}
 
 
@@ -236,14 +236,14 @@ def test_report_lists_grades_and_who_needs_a_human(graded):
 
 def test_grading_again_gives_identical_results(graded):
     workspace, results, _ = graded
-    before = gradebook.scores(workspace.db_url)
+    before = gradebook.scores(workspace)
     cli.main(["--workspace", str(workspace.root), "grade", "--lesson", L01, "--lesson", L03,
               "--cell-timeout", str(CELL_TIMEOUT)])
-    again = {(r.student, r.lesson): r for r in cli.load_results(workspace)}
+    again = {(r.student, r.lesson): r for r in gradebook.results(workspace)}
     for key in results:
         if key[1] in (L01, L03):
             assert _without_time(again[key]) == _without_time(results[key]), key
-    assert gradebook.scores(workspace.db_url) == before
+    assert gradebook.scores(workspace) == before
 
 
 def _without_time(result: Result) -> Result:

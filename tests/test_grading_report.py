@@ -1,4 +1,5 @@
-"""The per-student feedback pages and the class report, built from a small synthetic class."""
+"""The per-student feedback pages and the class report, built from a small synthetic class and
+the standings a gradebook holding its results gives (``standings_of``)."""
 
 import base64
 import csv
@@ -9,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from grader.grading.results import ExerciseResult, Outcome, Result, not_graded
-from grader.outputs import report as class_report
+from grader.outputs import alike
 from grader.outputs.feedback import feedback_html, write_feedback
-from grader.outputs.report import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
-from grader.outputs.report import TEMPLATES, write_report
+from grader.outputs.render import MAX_TEXT_CHARS as MAX_MESSAGE_CHARS
+from grader.outputs.render import TEMPLATES
+from grader.outputs.report import report_html, write_report
+from grader.records.standings import CellGrade, Standing
 
 LESSONS = {
     "01_intro": [("check_alpha", 2.0), ("check_beta", 3.0)],
@@ -36,6 +39,19 @@ def result(student, lesson, exercises, outcome=Outcome.GRADED, reason="", flags=
                   sum(e.max_points for e in exercises), tuple(flags), seconds=1.5)
 
 
+def standing_of(result: Result) -> Standing:
+    """What the gradebook holds of a result as grading writes it: the automatic points (0 while
+    held), a human needed for what is held or not graded, no score set by hand."""
+    cells = {e.grade_id: CellGrade(auto, None, None, auto, e.max_points)
+             for e in result.exercises for auto in [0.0 if result.held else e.points]}
+    return Standing(result.student, result.lesson, result.counted_score, result.max_score,
+                    cells, result.needs_human)
+
+
+def standings_of(results: list[Result]) -> dict:
+    return {(r.student, r.lesson): standing_of(r) for r in results}
+
+
 CLASS = [
     # listed out of order on purpose: the outputs must not depend on it
     result("s03", "01_intro", [exercise("check_alpha", 2.0, 2.0),
@@ -47,7 +63,8 @@ CLASS = [
     result("s01", "02_next", [exercise("check_gamma", 1.0, 1.0),
                               exercise("check_delta", 0.0, 1.5, "off by one + wrong sign")]),
     result("s02", "01_intro", [exercise("check_alpha", 2.0, 2.0),
-                               exercise("check_beta", 0.0, 3.0, "off by one")]),
+                               exercise("check_beta", 0.0, 3.0, "off by one",
+                                        message="beta: off by one")]),
     result("s02", "02_next", [], outcome=Outcome.CRASHED, reason="the kernel died"),
     result("s04", "02_next", [], outcome=Outcome.UNGRADABLE, reason=f"not valid JSON: {XSS}"),
     result("s05", "01_intro", [], outcome=Outcome.TIMED_OUT, reason="ran for more than 120 s"),
@@ -103,7 +120,8 @@ def read_csv(path: Path) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[list[list[str]], str]:
     """The CSV rows and the HTML page of the synthetic class's report."""
-    csv_path, html_path = write_report(CLASS, LESSONS, tmp_path_factory.mktemp("report"))
+    csv_path, html_path = write_report(CLASS, LESSONS, tmp_path_factory.mktemp("report"),
+                                       standings_of(CLASS))
     assert (csv_path.name, html_path.name) == ("grades.csv", "report.html")
     return read_csv(csv_path), html_path.read_text(encoding="utf-8")
 
@@ -166,9 +184,9 @@ def test_student_text_is_escaped(report, tmp_path):
     assert XSS not in page
     assert "not valid JSON: &lt;script&gt;alert(1)&lt;/script&gt;" in page
     for student_result in CLASS:
-        feedback = feedback_html(student_result)
+        feedback = feedback_html(student_result, standing_of(student_result))
         assert XSS not in feedback
-    assert "wrong values &lt;script&gt;" in feedback_html(CLASS[0])
+    assert "wrong values &lt;script&gt;" in feedback_html(CLASS[0], standing_of(CLASS[0]))
 
 
 @pytest.mark.parametrize("template", ["feedback.html.j2", "report.html.j2"])
@@ -179,22 +197,23 @@ def test_templates_escape_a_hostile_student_and_lesson(template, tmp_path):
     hostile = result(XSS, lesson, [exercise("check_<i>alpha</i>", 0.0, 2.0, XSS, message=XSS)],
                      flags=[XSS])
     if template == "feedback.html.j2":
-        page = feedback_html(hostile)
+        page = feedback_html(hostile, standing_of(hostile))
     else:
-        page = write_report([hostile], LESSONS, tmp_path)[1].read_text(encoding="utf-8")
+        page = write_report([hostile], LESSONS, tmp_path, standings_of([hostile]))[1].read_text(
+            encoding="utf-8")
     assert XSS not in page and "<b>" not in page and "<i>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "01_&lt;b&gt;intro&lt;/b&gt;" in page
 
 
 def test_report_is_the_same_for_the_same_results_in_any_order(report, tmp_path):
-    csv_path, html_path = write_report(CLASS[::-1], LESSONS, tmp_path)
+    csv_path, html_path = write_report(CLASS[::-1], LESSONS, tmp_path, standings_of(CLASS[::-1]))
     assert read_csv(csv_path) == report[0]
     assert html_path.read_text(encoding="utf-8") == report[1]
 
 
 def test_empty_class_gives_an_empty_csv_and_says_nothing_is_graded(tmp_path):
-    csv_path, html_path = write_report([], LESSONS, tmp_path)
+    csv_path, html_path = write_report([], LESSONS, tmp_path, {})
     assert read_csv(csv_path) == [["student", "01_intro", "02_next", "03_nobody", "total"]]
     page = html_path.read_text(encoding="utf-8")
     assert "Nothing has been graded yet." in page
@@ -204,7 +223,7 @@ def test_empty_class_gives_an_empty_csv_and_says_nothing_is_graded(tmp_path):
 def test_all_ungradable_says_there_are_no_pass_rates(tmp_path):
     results = [result(f"s{i}", "01_intro", [], outcome=Outcome.UNGRADABLE, reason="empty notebook")
                for i in range(3)]
-    csv_path, html_path = write_report(results, LESSONS, tmp_path)
+    csv_path, html_path = write_report(results, LESSONS, tmp_path, standings_of(results))
     assert [row[1:] for row in read_csv(csv_path)[1:]] == [["0", "0", "0", "0"]] * 3
     page = html_path.read_text(encoding="utf-8")
     assert "there are no pass rates to show" in page
@@ -214,23 +233,26 @@ def test_all_ungradable_says_there_are_no_pass_rates(tmp_path):
 
 def test_two_results_for_one_student_and_lesson_are_refused(tmp_path):
     with pytest.raises(ValueError, match="s01, 01_intro"):
-        write_report([CLASS[1], CLASS[1]], LESSONS, tmp_path)
+        write_report([CLASS[1], CLASS[1]], LESSONS, tmp_path, standings_of([CLASS[1]]))
 
 
 def test_feedback_page_shows_score_outcome_and_each_exercise():
-    graded = feedback_html(CLASS[0])
-    assert "2.5 / 5" in graded
+    graded = feedback_html(CLASS[3], standing_of(CLASS[3]))
+    assert "2 / 5" in graded
     assert "<span>alpha</span><span>2 / 2</span>" in graded
     assert "Passed." in graded
     assert "check_" not in graded
-    crashed = feedback_html(CLASS[4])
+    held = feedback_html(CLASS[0], standing_of(CLASS[0]))  # its 2.5 points wait for a human
+    assert "0 / 5" in held and "Your instructor will set the grade of this lesson" in held
+    crashed = feedback_html(CLASS[4], standing_of(CLASS[4]))
     assert "crashed" in crashed and "the kernel died" in crashed
     assert "0 / 1.5" in crashed
 
 
 def test_feedback_of_an_ungraded_submission_says_why_once():
     why = "the kernel died in cell 7 (killed by signal SIGKILL)"
-    page = feedback_html(not_graded("s09", "02_next", LESSONS["02_next"], Outcome.CRASHED, why))
+    crashed = not_graded("s09", "02_next", LESSONS["02_next"], Outcome.CRASHED, why)
+    page = feedback_html(crashed, standing_of(crashed))
     assert page.count(why) == 1
     assert page.count("Not graded (see above).") == len(LESSONS["02_next"])
 
@@ -238,24 +260,25 @@ def test_feedback_of_an_ungraded_submission_says_why_once():
 def test_feedback_truncates_very_long_messages():
     long = result("s01", "01_intro", [exercise("check_alpha", 0.0, 2.0, message="x" * 10_000),
                                       exercise("check_beta", 3.0, 3.0)])
-    page = feedback_html(long)
+    page = feedback_html(long, standing_of(long))
     assert "x" * MAX_MESSAGE_CHARS in page
     assert "x" * (MAX_MESSAGE_CHARS + 1) not in page
     assert "… (truncated)" in page
 
 
 def test_feedback_files_use_nbgraders_layout_and_rewrite_identically(tmp_path):
-    paths = write_feedback(CLASS, tmp_path)
+    paths = write_feedback(CLASS, tmp_path, standings_of(CLASS))
     assert paths == [tmp_path / r.student / r.lesson / f"{r.lesson}.html" for r in CLASS]
     first = {path: path.read_bytes() for path in paths}
     paths[0].write_text("stale")
-    assert write_feedback(CLASS, tmp_path) == paths
+    assert write_feedback(CLASS, tmp_path, standings_of(CLASS)) == paths
     assert {path: path.read_bytes() for path in paths} == first
 
 
 def test_feedback_refuses_names_that_are_not_a_single_folder(tmp_path):
     with pytest.raises(ValueError):
-        write_feedback([result("../s01", "01_intro", [], outcome=Outcome.CRASHED)], tmp_path)
+        hostile = result("../s01", "01_intro", [], outcome=Outcome.CRASHED)
+        write_feedback([hostile], tmp_path, standings_of([hostile]))
 
 
 # ---------------------------------------------------------------- answers that look alike
@@ -275,23 +298,23 @@ def test_pairs_whose_every_answer_is_alike_are_listed_highlighted_in_the_report(
                with_answers("bob", {"softmax": LONG, "attention_scores": LONG + " x"}),
                with_answers("cy", {"softmax": other, "attention_scores": LONG + " x"}),
                with_answers("dee", {"softmax": "Return v0", "attention_scores": LONG})]
-    pairs = class_report.alike_pairs(results)
+    pairs = alike.alike_pairs(results)
     assert [p.students for p in pairs] == [("ann", "bob"), ("ann", "cy"), ("bob", "cy")]
     assert pairs[0].similarity == 1.0 and pairs[1].similarity < 1.0
-    page = class_report.report_html(results, {})
+    page = report_html(results, {}, standings_of(results))
     assert 'class="highlight"' in page and "ann and bob" in page
 
 
 def test_answers_too_short_to_tell_or_too_few_are_not_compared():
     results = [with_answers(s, {"softmax": "Return v0 Name v1", "scores": LONG})
                for s in ("ann", "bob")]
-    assert class_report.alike_pairs(results) == []
+    assert alike.alike_pairs(results) == []
 
 
 def test_a_large_class_compares_identical_answers_only(monkeypatch):
-    monkeypatch.setattr(class_report, "FUZZY_UP_TO", 2)
+    monkeypatch.setattr(alike, "FUZZY_UP_TO", 2)
     other = LONG.replace("amax", "amin", 1)
     results = [with_answers("ann", {"a": LONG, "b": LONG}),
                with_answers("bob", {"a": LONG, "b": LONG}),
                with_answers("cy", {"a": other, "b": LONG})]
-    assert [p.students for p in class_report.alike_pairs(results)] == [("ann", "bob")]
+    assert [p.students for p in alike.alike_pairs(results)] == [("ann", "bob")]

@@ -7,9 +7,9 @@ import ast
 import re
 
 import pytest
-from notebook_tools import NOTEBOOKS, SOLUTIONS, grading, read
 
 from attention_course.lessons import lesson
+from helpers.notebooks import NOTEBOOKS, SOLUTIONS, grading, read
 
 # The lessons written in this format. A lesson joins the list once its notebook follows it.
 LESSONS_WITH_STAGED_HINTS = ("01_embeddings", "02_scaled_dot_product", "03_masking",

@@ -9,7 +9,7 @@ from attention_course import attention
 from grader.course import read_lesson
 from grader.demo import practice_names, student_notebook
 from grader.grading.inspection import MOST_FLAGS, inspect_submission
-from tests.notebook_tools import lessons
+from helpers.notebooks import lessons
 
 LESSON = "02_scaled_dot_product"
 

@@ -13,15 +13,16 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbgrader.api import Gradebook
+from nbgrader.api import Assignment, Gradebook, SubmittedAssignment
 
 from grader import cli
 from grader.course import COURSE_ID, ROOT, read_lesson
 from grader.demo import practice_names, student_notebook
 from grader.grading.results import ExerciseResult, Outcome, Result
-from grader.records import gradebook
 from grader.records.lateness import CourseFile, CourseFileError, LatePolicy, lateness
+from grader.records.standings import submission_lateness
 from grader.workspace import Workspace
+from helpers import gradebook
 
 UTC = timezone.utc
 DUE = datetime(2025, 3, 7, 23, 59, tzinfo=UTC)
@@ -35,26 +36,30 @@ POLICY = LatePolicy(penalty_per_day=0.1, max_penalty=0.3, grace=timedelta(minute
     (DUE + timedelta(minutes=11), 1), (DUE + timedelta(hours=24), 1),
     (DUE + timedelta(hours=25), 2), (DUE + timedelta(days=9), 9)])
 def test_every_started_day_late_counts_after_the_grace(submitted, days):
-    assert lateness(DUE, None, submitted, False, POLICY).days == days
+    assert lateness(DUE, submitted, False, POLICY).days == days
 
 
 def test_the_penalty_is_a_share_of_the_lesson_capped_and_never_more_than_the_score():
-    two_days = lateness(DUE, None, DUE + timedelta(days=2), False, POLICY)
+    two_days = lateness(DUE, DUE + timedelta(days=2), False, POLICY)
     assert (two_days.share, two_days.penalty(7, 10), two_days.text()) == (0.2, 2.0, "2 days late")
     assert two_days.penalty(1, 10) == 1  # the score cannot go below 0
-    assert lateness(DUE, None, DUE + timedelta(days=9), False, POLICY).penalty(10, 10) == 3
+    assert lateness(DUE, DUE + timedelta(days=9), False, POLICY).penalty(10, 10) == 3
 
 
 def test_an_extension_moves_the_due_date():
-    late = lateness(DUE, timedelta(days=3), DUE + timedelta(days=2), False, POLICY)
+    """nbgrader's due date of a submission (its extension included) is the one counted."""
+    lesson = Assignment(name=L02, duedate=DUE.replace(tzinfo=None))  # as nbgrader stores it
+    submitted = SubmittedAssignment(assignment=lesson, extension=timedelta(days=3),
+                                    timestamp=(DUE + timedelta(days=2)).replace(tzinfo=None))
+    late = submission_lateness(submitted, False, CourseFile(late=POLICY))
     assert (late.late, late.due, late.text()) == (False, DUE + timedelta(days=3), "on time")
 
 
 def test_the_lms_late_marker_counts_only_where_no_time_is_known():
-    marked = lateness(DUE, None, None, True, POLICY)
+    marked = lateness(DUE, None, True, POLICY)
     assert (marked.days, marked.text()) == (1, "late (LMS; time unknown)")
-    assert not lateness(DUE, None, DUE - timedelta(days=1), True, POLICY).late  # time known
-    assert lateness(None, None, None, False, POLICY).text() == ""  # nothing known
+    assert not lateness(DUE, DUE - timedelta(days=1), True, POLICY).late  # time known
+    assert lateness(None, None, False, POLICY).text() == ""  # nothing known
 
 
 def test_the_course_file_reads_dates_in_any_zone_extensions_and_the_policy():
@@ -142,7 +147,8 @@ def course(tmp_path_factory) -> Workspace:
     (workspace.root / "course.toml").write_text(COURSE_TOML)
     results = [full_marks(student, lesson) for student, lesson in
                [("1001", L02), ("1002", L02), *((s, L03) for s in EXCHANGE)]]
-    gradebook.ensure_lessons(workspace.db_url, [L02, L03])
+    gradebook.ensure_lessons(workspace, [L02, L03])
+    assert cli.main(["--workspace", str(workspace.root), "refresh"]) == 0  # as grade does
     gradebook.record(workspace, results, {L02: read_lesson(L02), L03: read_lesson(L03)},
                      CourseFile.read(workspace))
     assert cli.main(["--workspace", str(workspace.root), "report"]) == 0

@@ -16,10 +16,10 @@ from test_lesson06_answers import MISTAKES, SIGN_EXAMPLES
 from attention_course import rope
 from attention_course.checks import lesson06
 from attention_course.checks.observing import Case, observe
-from grader.course import read_course
 from grader.demo import MISTAKES as DEMO_MISTAKES
 from grader.demo import practice_names, student_notebook
 from grader.grading.inspection import inspect_submission
+from helpers.gradebook import read_course
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "06_rotary_positions"

@@ -431,9 +431,9 @@ def test_the_tiled_check_hands_the_grader_a_harness_it_can_name():
 def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_whole_matrices():
     from grader.course import read_lesson
     from grader.demo import practice_names, student_notebook
-    from grader.grading.batch import grade_batch
     from grader.grading.submissions import Submission
     from grader.workspace import Workspace
+    from helpers.gradebook import grade_here
 
     lesson = read_lesson(LESSON)
     untiled_body = """
@@ -460,8 +460,7 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_
             folder.mkdir(parents=True)
             nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
             submissions.append(Submission(student, LESSON, folder))
-        results = {r.student: r for r in grade_batch(submissions, {LESSON: lesson}, workspace,
-                                                       workers=2)}
+        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
     assert results["correct"].score == lesson.max_score == 10
     assert results["blank"].score == 0
     tiles = {e.grade_id: e for e in results["untiled"].exercises}["check_tiled_attention"]

@@ -4,9 +4,9 @@ notebook imports only what the registry lets it, and the registry lets it nothin
 import ast
 
 import pytest
-from notebook_tools import SOLUTIONS, read
 
 from attention_course.lessons import LESSONS, UTILITIES, lesson_of_module
+from helpers.notebooks import SOLUTIONS, read
 
 
 def course_imports(lesson: str) -> list[tuple[str, str]]:

@@ -7,7 +7,9 @@ import functools
 
 import nbformat
 import pytest
-from notebook_tools import (
+
+from grader.demo import MISTAKES, with_body
+from helpers.notebooks import (
     NOTEBOOKS,
     SOLUTIONS,
     check_cells,
@@ -17,8 +19,6 @@ from notebook_tools import (
     practice_cells,
     read,
 )
-
-from grader.demo import MISTAKES, with_body
 
 pytestmark = pytest.mark.slow
 LESSONS = lessons()

@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from oracles import assert_close
 
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.masks import (
@@ -15,6 +14,7 @@ from attention_course.masks import (
     to_additive_mask,
     to_mha_mask,
 )
+from helpers.oracles import assert_close
 
 NEG_INF = float("-inf")
 

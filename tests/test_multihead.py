@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from oracles import assert_close
 from torch import nn
 
 from attention_course.masks import causal_mask, padding_mask, to_mha_mask
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
+from helpers.oracles import assert_close
 
 B, H, T, S, D = 2, 3, 5, 7, 4
 C = H * D

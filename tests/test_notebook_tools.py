@@ -4,7 +4,8 @@ zmq.asyncio misses costs at most one of them instead of the whole cell timeout."
 from queue import Empty
 
 import pytest
-from notebook_tools import in_slices
+
+from helpers.notebooks import in_slices
 
 
 class MissedWakeUp:
@@ -26,7 +27,7 @@ class MissedWakeUp:
 def run(channel: MissedWakeUp, timeout: float | None, monkeypatch) -> dict:
     """The sliced get_msg, driven by hand: the fake channel never waits, so neither does it
     (and the test needs no event loop of its own beside whatever the suite left running)."""
-    monkeypatch.setattr("notebook_tools.time.monotonic", lambda: channel.clock)
+    monkeypatch.setattr("helpers.notebooks.time.monotonic", lambda: channel.clock)
     waiting = in_slices(channel.get_msg, every_s=1.0)(timeout=timeout)
     try:
         waiting.send(None)

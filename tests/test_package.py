@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from attention_course import lessons
-from grader.grading.batch import RUNNER
 from grader.sandbox import package
-from tests.notebook_tools import lessons as lesson_ids
+from grader.sandbox.client import RUNNER
+from helpers.notebooks import lessons as lesson_ids
 
 PROBE = """
 import importlib, json, os, pkgutil, sys, traceback

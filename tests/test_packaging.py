@@ -18,9 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 import tomllib
-from local_server import free_port
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from helpers.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,8 +174,9 @@ def test_make_lab_installs_only_the_lab_extra_and_shows_download_progress(tmp_pa
 
 
 def test_make_lab_compiles_what_the_grading_sandbox_imports_after_installing_it(tmp_path):
-    """The sandbox reads the environment read-only: what its runner imports (grader/sandbox/runner.py)
-    is compiled to bytecode at install, by importing it with bytecode writing on."""
+    """The sandbox reads the environment read-only: what its runner imports
+    (grader/sandbox/runner.py) is compiled to bytecode at install, by importing it with bytecode
+    writing on."""
     commands = re.split(r"\s*(?:&&|\|\||;|\n)\s*", dry_run("install-lab", tmp_path))
     (install,) = [c for c in commands if "-e '.[lab]'" in c]
     (compile_,) = [c for c in commands if c.startswith("PYTHONDONTWRITEBYTECODE= ")]

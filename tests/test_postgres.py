@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import postgres
 import pytest
 
 from grader import cli
@@ -22,9 +21,10 @@ from grader.course import ROOT, read_lesson
 from grader.demo import build_demo_class
 from grader.grading.results import ExerciseResult, Outcome, Result
 from grader.grading.submissions import find_submissions
-from grader.records import database, gradebook
+from grader.records import database
 from grader.records.lateness import CourseFile
 from grader.workspace import Workspace
+from helpers import gradebook, postgres
 
 L01, L02 = "01_embeddings", "02_scaled_dot_product"
 LESSONS = [L01, L02]  # the demo's two fastest lessons
@@ -68,7 +68,7 @@ def one_grader(root: Path, results: list[Result], lesson, start) -> None:
     missing (creating the gradebook first) and records its results one by one."""
     workspace = Workspace(root)
     start.wait(timeout=60)
-    gradebook.ensure_lessons(workspace.db_url, [lesson.name])
+    gradebook.ensure_lessons(workspace, [lesson.name])
     gradebook.record(workspace, results, {lesson.name: lesson})
 
 
@@ -145,7 +145,7 @@ def test_the_demo_class_in_postgresql_has_the_points_it_has_in_sqlite(demo, tmp_
     flags and manual-grading marks, and give the same grades CSV and feedback pages."""
     workspace, url = demo
     with gradebook_url(url):
-        graded = {(r.student, r.lesson): r for r in cli.load_results(workspace)}
+        graded = {(r.student, r.lesson): r for r in gradebook.results(workspace)}
         standings = gradebook.standings(workspace)
     assert len(graded) == len(STUDENTS) * len(LESSONS)
     assert graded == local_results(workspace)  # what grading produced, as the database holds it
@@ -156,10 +156,10 @@ def test_the_demo_class_in_postgresql_has_the_points_it_has_in_sqlite(demo, tmp_
     shutil.copytree(workspace.submitted, sqlite.submitted)
     shutil.copy(workspace.root / "collected.json", sqlite.root)
     with gradebook_url(None):
-        gradebook.ensure_lessons(sqlite.db_url, LESSONS)
+        gradebook.ensure_lessons(sqlite, LESSONS)
         gradebook.record(sqlite, list(graded.values()), {n: read_lesson(n) for n in LESSONS},
                          CourseFile())
-        assert gradebook.scores(sqlite.db_url) == gradebook.scores(url)
+        assert gradebook.scores(sqlite) == gradebook.scores(url)
         assert gradebook.standings(sqlite) == standings
         for command in ("report", "feedback"):
             assert cli.main(["--workspace", str(sqlite.root), command]) == 0

@@ -7,13 +7,13 @@ import re
 
 import pytest
 import torch
-from notebook_tools import NOTEBOOKS, SOLUTIONS, grading, read
 from test_hints import LESSONS_WITH_STAGED_HINTS
 
 from attention_course import checks
 from attention_course.checks import check_prediction
 from attention_course.checks.predictions import QUESTIONS, Question
 from attention_course.lessons import ids
+from helpers.notebooks import NOTEBOOKS, SOLUTIONS, grading, read
 
 CELL = re.compile(r'from attention_course\.checks import check_prediction\n\n'
                   r'prediction = None  # your answer: (?P<wanted>.+)\n'

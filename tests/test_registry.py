@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-from notebook_tools import NOTEBOOKS, SOLUTIONS, grading, read
 
 from attention_course import checks
 from attention_course.lessons import LESSONS, lesson
+from helpers.notebooks import NOTEBOOKS, SOLUTIONS, grading, read
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = [entry.id for entry in LESSONS]

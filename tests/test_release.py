@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
-from notebook_tools import BEGIN, END, NOTEBOOKS, SOLUTIONS, grading, lessons, read
 
 from attention_course import lessons as registry
 from grader import release
+from helpers.notebooks import BEGIN, END, NOTEBOOKS, SOLUTIONS, grading, lessons, read
 
 LESSONS = lessons()
 

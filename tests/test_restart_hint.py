@@ -2,9 +2,9 @@
 
 import nbformat
 import pytest
-from notebook_tools import ROOT, execute
 
 from attention_course.checks import restart
+from helpers.notebooks import ROOT, execute
 
 
 @pytest.mark.slow

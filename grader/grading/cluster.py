@@ -7,7 +7,8 @@ the worker runs at once, started on first use and stopped when the worker closes
 carries all a worker needs (``batch.Handin``: the notebook's bytes; the ``Lesson``: its graded
 cells and points) and returns the ``batch.Graded`` result; the checks run in the worker's own
 process, the trusted side, as they run in the grader's process locally. Workers see none of the
-client's files: the client alone writes results/ and the gradebook, as results arrive.
+client's files: the client reads each submission as it sends it, and alone writes results/ and
+the gradebook, as results arrive.
 
 A worker that dies (killed, out of memory, its machine gone) takes its current submission with
 it; the scheduler runs that task again on another worker (``distributed.scheduler.allowed-
@@ -17,22 +18,22 @@ the worker: that is the student's "crashed" outcome, as locally. A submission th
 graded (Dask gave up on it, a worker could not grade) is not recorded: grading again resumes.
 """
 
-import hashlib
 import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from distributed import Client, WorkerPlugin, as_completed, get_worker
 
-from ..course import ROOT, Lesson
+from ..course import Lesson
 from ..sandbox import bwrap
-from ..workspace import Workspace
-from .batch import Graded, Handin, Limits, Runner, grade_safely, keep
-from .results import Result
+from ..sandbox.client import Limits, Runner
+from ..workspace import ROOT, digest
+from .batch import Graded, Handin, grade_safely
+from .errors import ClusterError, NotAllGraded
 from .submissions import Submission
 
 PLUGIN = "attention-course-runners"
@@ -41,25 +42,10 @@ IN_FLIGHT = 64  # submissions sent ahead at least (four per worker thread if tha
 COURSE_FILES = ("grader/**/*.py", "src/attention_course/**/*.py", "notebooks/*/*.ipynb")
 
 
-class ClusterError(Exception):
-    """The cluster cannot grade (unreachable, or its workers cannot); the message says why."""
-
-
-class NotAllGraded(Exception):
-    """Some submissions were not graded, and not recorded: grading again goes on with them."""
-
-    def __init__(self, results: list[Result], reasons: list[str]):
-        super().__init__(f"{len(reasons)} submission(s) not graded")
-        self.results, self.reasons = results, reasons
-
-
 def course_fingerprint() -> str:
     """A digest of the grader, the course package and the released notebooks."""
-    digest = hashlib.sha256()
-    for pattern in COURSE_FILES:
-        for path in sorted(ROOT.glob(pattern)):
-            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    paths = sorted({path for pattern in COURSE_FILES for path in ROOT.glob(pattern)})
+    return digest((str(path.relative_to(ROOT)), path.read_bytes()) for path in paths)[:16]
 
 
 class Runners(WorkerPlugin):
@@ -176,18 +162,16 @@ def _unfitness(dask_worker) -> str | None:
     return "its runners did not start" if runners is None else runners.unfit
 
 
-def grade_on_cluster(submissions: list[Submission], lessons: dict[str, Lesson],
-                     workspace: Workspace, scheduler: str, limits: Limits,
-                     sandboxed: bool = True,
-                     on_result: Callable[[Result], None] = lambda result: None) -> list[Result]:
-    """Grade ``submissions`` on the cluster; each result is kept and passed to ``on_result``
-    here, as it arrives. Raises ClusterError before grading anything if the cluster cannot
-    grade, NotAllGraded at the end if some submissions were not graded. An interrupt (Ctrl-C)
-    cancels what is left; what was recorded stays."""
+def grade_on_cluster(submissions: list[Submission], lessons: dict[str, Lesson], scheduler: str,
+                     limits: Limits, sandboxed: bool = True) -> Iterator[tuple[Handin, Graded]]:
+    """Grade ``submissions`` on the cluster: each one as its result arrives, with the handin
+    it was graded from. Raises ClusterError before grading anything if the cluster cannot
+    grade, NotAllGraded at the end if some submissions were not graded. Closing the iterator
+    (on Ctrl-C, say) cancels what is left."""
     client = connect(scheduler)
     try:
         prepare(client, limits, sandboxed)
-        return Batch(client, lessons).run(submissions, workspace, on_result)
+        yield from Batch(client, lessons).run(submissions)
     finally:
         client.close()
 
@@ -201,27 +185,23 @@ class Batch:
         threads = sum(client.nthreads().values())
         self.client, self.lessons = client, lessons
         self.window = max(IN_FLIGHT, 4 * threads)
-        self.in_flight: dict = {}  # future -> its submission
+        self.in_flight: dict = {}  # future -> the handin it grades
         self.finished = as_completed(loop=client.loop)
 
-    def run(self, submissions: list[Submission], workspace: Workspace,
-            on_result: Callable[[Result], None]) -> list[Result]:
+    def run(self, submissions: list[Submission]) -> Iterator[tuple[Handin, Graded]]:
         waiting = iter(submissions)
-        results, lost = [], []
+        lost = []
         try:
             for submission in itertools.islice(waiting, self.window):
                 self.send(submission)
             for future in self.finished:
-                submission = self.in_flight.pop(future)
+                handin = self.in_flight.pop(future)
                 try:
                     graded: Graded = future.result()
                 except Exception as err:  # Dask gave up on it, or its worker could not grade
-                    lost.append(f"{submission.student} {submission.lesson}: "
-                                f"{type(err).__name__}: {err}")
+                    lost.append(f"{handin.student} {handin.lesson}: {type(err).__name__}: {err}")
                 else:
-                    keep(graded, workspace)
-                    on_result(graded.result)
-                    results.append(graded.result)
+                    yield handin, graded
                 finally:
                     future.release()
                 for following in itertools.islice(waiting, 1):
@@ -229,11 +209,11 @@ class Batch:
         finally:
             self.client.cancel(list(self.in_flight))
         if lost:
-            raise NotAllGraded(results, lost)
-        return results
+            raise NotAllGraded(lost)
 
     def send(self, submission: Submission) -> None:
-        future = self.client.submit(grade_on_worker, Handin.read(submission),
-                                    self.lessons[submission.lesson], pure=False)
-        self.in_flight[future] = submission
+        handin = Handin.read(submission)
+        future = self.client.submit(grade_on_worker, handin, self.lessons[submission.lesson],
+                                    pure=False)
+        self.in_flight[future] = handin
         self.finished.add(future)

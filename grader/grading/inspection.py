@@ -23,8 +23,7 @@ from attention_course import lessons
 from attention_course.checks import CHECKS
 
 from .. import syntax
-from ..course import Lesson, nbgrader_metadata
-from ..demo import solution_sources
+from ..course import Lesson, nbgrader_metadata, solution_sources
 from .submissions import released_source
 
 HOOKS = {  # dotted name (or its start) -> why it is flagged

@@ -10,6 +10,11 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 
+def exercise_name(grade_id: str) -> str:
+    """The exercise a graded cell checks: ``check_softmax`` -> ``softmax``."""
+    return grade_id.removeprefix("check_")
+
+
 class Outcome(str, Enum):
     GRADED = "graded"  # every graded cell judged (points may be 0)
     UNGRADABLE = "ungradable"  # the file could not be read as this lesson's notebook
@@ -33,7 +38,7 @@ class ExerciseResult:
 
     @property
     def name(self) -> str:
-        return self.grade_id.removeprefix("check_")
+        return exercise_name(self.grade_id)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ end; duplicated ones count once.
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +32,6 @@ class Submission:
     lesson: str
     folder: Path
 
-    @property
-    def notebook(self) -> Path:
-        return self.folder / f"{self.lesson}.ipynb"
-
 
 def find_submissions(submitted: Path, lessons: list[str],
                      students: list[str] | None = None) -> list[Submission]:
@@ -47,21 +44,16 @@ def find_submissions(submitted: Path, lessons: list[str],
     return found
 
 
-def read_notebook(submission: Submission) -> nbformat.NotebookNode:
-    """The submitted notebook, or Ungradable saying what is wrong with the file."""
-    return parse_notebook(notebook_bytes(submission), submission.notebook.name)
-
-
-def notebook_bytes(submission: Submission) -> bytes:
-    """The submitted notebook's file as it is, or Ungradable if it is missing or renamed."""
-    path = submission.notebook
-    if not path.is_file():
-        others = sorted(p.name for p in submission.folder.glob("*.ipynb"))
-        if others:
-            raise Ungradable(f"renamed notebook: found {', '.join(others)}, expected "
-                             f"{path.name}")
-        raise Ungradable(f"no notebook: {path.name} is missing from the submission")
-    return path.read_bytes()
+def notebook_in(files: Mapping[str, bytes], lesson: str) -> bytes:
+    """The notebook among a submission folder's ``files`` (``folder_files``), or Ungradable if
+    it is missing or renamed."""
+    name = f"{lesson}.ipynb"
+    if name in files:
+        return files[name]
+    others = sorted(path for path in files if "/" not in path and path.endswith(".ipynb"))
+    if others:
+        raise Ungradable(f"renamed notebook: found {', '.join(others)}, expected {name}")
+    raise Ungradable(f"no notebook: {name} is missing from the submission")
 
 
 def parse_notebook(raw: bytes, name: str) -> nbformat.NotebookNode:

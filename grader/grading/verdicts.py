@@ -9,26 +9,17 @@ comparison, the named-mistake diagnosis, the shortcut rule) is made here, agains
 computed here. Nothing the student's process runs can change a verdict; it can only answer.
 """
 
-from collections.abc import Callable
-
 from attention_course.checks import CHECKS, wire
 from attention_course.checks.framework import SESSION, CheckFailed, Harnessed, Target, judge_all
 from attention_course.checks.observing import Observation
 
 from ..course import CheckCall, GradedCell
-from .results import ExerciseResult
-
-MAX_RECORD_BYTES = 64 * 2**20  # what the student's process may send back for one check
-
-Exchange = Callable[[bytes], list[bytes]]  # a request out, the replies (one per case) back
+from ..sandbox.client import Exchange, ExchangeFailed
+from .results import ExerciseResult, exercise_name
 
 
 class Unreadable(Exception):
     """The student's process answered with something that is not a record of observations."""
-
-
-class ExchangeFailed(Exception):
-    """No reply came: the student's process ended, or the runner stopped answering."""
 
 
 class Remote:
@@ -92,7 +83,7 @@ def judge_cell(cell: GradedCell, exchange: Exchange) -> ExerciseResult:
         return exercise_result(cell, False, str(failure))
     finally:
         SESSION.reset(token)
-    return exercise_result(cell, True, f"ok: {cell.grade_id.removeprefix('check_')} passed")
+    return exercise_result(cell, True, f"ok: {exercise_name(cell.grade_id)} passed")
 
 
 def exercise_result(cell: GradedCell, passed: bool, message: str,

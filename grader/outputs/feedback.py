@@ -9,9 +9,8 @@ collect kept them) where known; otherwise the time is the submission's time in t
 
 A page, laid out by templates/feedback.html.j2, shows the score, the outcome and, for each
 exercise, its points and the checker's diagnosis; it holds nothing but what the result and the
-gradebook say. With the gradebook's standing of the submission, the points are the gradebook's
-(a score the instructor set wins), a held submission says its grade is set by the instructor,
-and a late one shows its penalty.
+gradebook say: the points are the gradebook's (a score the instructor set wins), a held
+submission says its grade is set by the instructor, and a late one shows its penalty.
 """
 
 import uuid
@@ -19,8 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..grading.results import ExerciseResult, Outcome, Result
+from ..records.standings import Standing, Standings
 from ..timestamps import nbgrader_time
-from .report import format_points, render
+from ..workspace import EXCHANGE_FILES
+from .render import format_points, render
 
 OUTCOME_EXPLANATIONS = {
     Outcome.UNGRADABLE: "Your notebook could not be graded.",
@@ -37,10 +38,8 @@ def diagnosis(exercise: ExerciseResult, result: Result) -> str:
     return exercise.message
 
 
-def grade_notes(result: Result, standing) -> list[str]:
+def grade_notes(standing: Standing) -> list[str]:
     """What the gradebook adds to the automatic result, as sentences for the student."""
-    if standing is None:
-        return []
     notes = []
     if standing.overridden:
         notes.append("Your instructor set the score of this lesson.")
@@ -53,19 +52,15 @@ def grade_notes(result: Result, standing) -> list[str]:
     return notes
 
 
-def feedback_html(result: Result, standing=None) -> str:
-    """The feedback page for one student's submission of one lesson (``standing``: the
-    gradebook's, grader.gradebook.Standing, or None for the result alone)."""
-    if standing is None:
-        score, points = result.score, {e.grade_id: e.points for e in result.exercises}
-    else:
-        score = standing.final
-        points = {e.grade_id: (standing.cells[e.grade_id].score if e.grade_id in standing.cells
-                               else e.points) for e in result.exercises}
+def feedback_html(result: Result, standing: Standing) -> str:
+    """The feedback page for one student's submission of one lesson, as the gradebook holds it
+    (``standing``)."""
+    points = {e.grade_id: (standing.cells[e.grade_id].score if e.grade_id in standing.cells
+                           else e.points) for e in result.exercises}
     return render(
         "feedback.html.j2", result=result, graded=result.outcome is Outcome.GRADED,
-        explanation=OUTCOME_EXPLANATIONS.get(result.outcome, ""), score=score,
-        notes=grade_notes(result, standing),
+        explanation=OUTCOME_EXPLANATIONS.get(result.outcome, ""), score=standing.final,
+        notes=grade_notes(standing),
         exercises=[(exercise, diagnosis(exercise, result), points[exercise.grade_id])
                    for exercise in result.exercises])
 
@@ -77,15 +72,17 @@ def path_part(name: str) -> str:
     return name
 
 
-def write_feedback(results: list[Result], feedback_dir: Path, standings=None,
+def write_feedback(results: list[Result], feedback_dir: Path, standings: Standings,
                    submitted: Path | None = None) -> list[Path]:
-    """Write feedback_dir/<student>/<lesson>/<lesson>.html for every result, with the files
-    `nbgrader release_feedback` needs (from ``submitted``/<student>/<lesson>/ when there);
-    ``standings``: the gradebook's, {(student, lesson): Standing}. Return the pages' paths."""
+    """Write feedback_dir/<student>/<lesson>/<lesson>.html for every result the gradebook
+    holds (``standings``), with the files `nbgrader release_feedback` needs (from
+    ``submitted``/<student>/<lesson>/ when there). Return the pages' paths."""
     paths = []
     for result in results:
+        standing = standings.get((result.student, result.lesson))
+        if standing is None:
+            continue
         student, lesson = path_part(result.student), path_part(result.lesson)
-        standing = standings.get((result.student, result.lesson)) if standings else None
         path = Path(feedback_dir) / student / lesson / f"{lesson}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(feedback_html(result, standing).encode("utf-8"))
@@ -95,14 +92,13 @@ def write_feedback(results: list[Result], feedback_dir: Path, standings=None,
     return paths
 
 
-def _exchange_files(folder: Path, source: Path | None, standing) -> None:
+def _exchange_files(folder: Path, source: Path | None, standing: Standing) -> None:
     """timestamp.txt and submission_secret.txt beside a page (nbgrader's feedback layout)."""
-    for name in ("timestamp.txt", "submission_secret.txt"):
+    for name in EXCHANGE_FILES:
         if source is not None and (source / name).is_file() and not (source / name).is_symlink():
             (folder / name).write_bytes((source / name).read_bytes())
     if not (folder / "timestamp.txt").is_file():
-        when = standing.timestamp if standing is not None and standing.timestamp else \
-            datetime.now(timezone.utc)
+        when = standing.timestamp or datetime.now(timezone.utc)
         (folder / "timestamp.txt").write_text(nbgrader_time(when))
     if not (folder / "submission_secret.txt").is_file():
         (folder / "submission_secret.txt").write_text(uuid.uuid4().hex)

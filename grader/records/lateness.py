@@ -1,31 +1,15 @@
-"""Due dates, extensions and the late policy of one run of the course, and how late a submission is.
+"""Due dates, extensions and the late policy of one run of the course, and how late a submission
+is.
 
-They live in the workspace's course file, ``course.toml`` (absent: no due dates, no penalty)::
-
-    [due]                               # per lesson; a time without a zone is UTC
-    "01_embeddings" = 2025-03-07T23:59:00+01:00
-    "02_scaled_dot_product" = "2025-03-14 23:59 Europe/Berlin"
-
-    [extensions]                        # per student and lesson: days added to the due date
-    s07 = { "02_scaled_dot_product" = 3 }
-
-    [late]
-    penalty_per_day = 0.1               # share of the lesson's points lost per day late; every
-                                        # started day counts (default 0: late is shown, not taken)
-    max_penalty = 0.5                   # at most this share of the lesson's points
-    grace_minutes = 15                  # late by less than this is on time
-    days_when_time_unknown = 1          # the LMS said late (Canvas's LATE_) but gave no time
-
-    [canvas]                            # the Canvas gradebook column of a lesson (default: its
-    "01_embeddings" = "Embeddings (4021)"   # name); Canvas matches "Title (assignment id)"
-
-The due dates and extensions are written into nbgrader's gradebook (the assignment's
+They live in the workspace's course file, ``course.toml`` (absent: no due dates, no penalty);
+its reference, every key with its default, is ``docs/instructors/due-dates.md``. ``grade`` and
+``refresh`` write its due dates and extensions into nbgrader's gradebook (the assignment's
 ``duedate``, the submission's ``extension``), where the formgrader shows them; a lesson or a
 student the file does not name keeps what the gradebook has (a due date set in the formgrader).
-How late a submission is comes from the gradebook too: its time is the ``timestamp.txt`` that
-collect wrote (nbgrader's submission timestamp), and where no time is known, the LMS's own
-verdict, the LATE marker collect kept in ``collected.json``. A penalty never takes more than
-the points a submission has.
+How late a submission is comes from the gradebook: nbgrader's due date of the submission (its
+extension included) and its time, the ``timestamp.txt`` collect wrote; where no time is known,
+the LMS's own verdict, the LATE marker collect kept. A penalty never takes more than the points
+a submission has.
 """
 
 import math
@@ -163,14 +147,12 @@ class Lateness:
         return ""
 
 
-def lateness(due: datetime | None, extension: timedelta | None, submitted: datetime | None,
-             marker: bool, policy: LatePolicy) -> Lateness:
-    """How late a submission made at ``submitted`` is against ``due`` plus ``extension``; the
+def lateness(due: datetime | None, submitted: datetime | None, marker: bool,
+             policy: LatePolicy) -> Lateness:
+    """How late a submission made at ``submitted`` is against ``due``, the student's own due
+    date (nbgrader's ``SubmittedAssignment.duedate``: the lesson's, plus the extension); the
     LMS's LATE marker counts only where the time or the due date is unknown."""
-    due = as_utc(due)
-    if due is not None and extension:
-        due = due + extension
-    submitted = as_utc(submitted)
+    due, submitted = as_utc(due), as_utc(submitted)
     if due is not None and submitted is not None:
         over = submitted - due
         days = math.ceil(over / DAY) if over > policy.grace else 0

@@ -20,7 +20,7 @@ from pathlib import Path
 import attention_course
 
 GRADER = Path(__file__).parent
-RUNNER_FILES = ("runner.py", "confinement.py")
+RUNNER_FILES = ("runner.py", "confinement.py", "framing.py")
 # paths in the sandbox: the runner, the submission's scratch space, the lesson's package
 INSIDE_RUNNER, INSIDE_SCRATCH = Path("/grader"), Path("/submission")
 INSIDE_PACKAGE = Path("/course")

@@ -38,8 +38,8 @@ Each job ends with a JSON line, {"status": "finished" | "timed out" | "crashed",
 each job the scratch directory (home, temporary files, working directory) is emptied and, in the
 sandbox's own PID namespace (``--own-pid-namespace``), every other process is killed.
 
-This file imports nothing from the grader but ``confinement`` next to it, so it can run where
-the grader's files are not visible.
+This file imports nothing from the grader but ``confinement`` and ``framing`` next to it, so it
+can run where the grader's files are not visible.
 """
 
 import argparse
@@ -47,7 +47,6 @@ import fcntl
 import importlib
 import importlib.abc
 import importlib.util
-import json
 import os
 import select
 import shutil
@@ -60,19 +59,20 @@ from pathlib import Path
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-try:  # imported as grader.runner (tests), or run as a file where the grader is not visible
-    from . import confinement
+try:  # imported as grader.sandbox.runner (tests), or run as a file where the grader is not seen
+    from . import confinement, framing
 except ImportError:
     sys.path.append(str(Path(__file__).parent))
     import confinement
+    import framing
 
 SCRATCH_LAYOUT = ("home", "tmp", "work")
 GRACE_SECONDS = 5.0  # after SIGINT, how long a cell has to stop before it is killed
 # the forked process's pipes: its output, the cell it starts, its channel to the grader (its
 # waits and replies), and the grader's requests to it
 OUTPUT_FD, PROGRESS_FD, CHANNEL_FD, REQUEST_FD = 1, 3, 4, 5
+JOBS_FD = 0  # the warm runner's stdin: jobs and requests from the grader
 UNCONFINED = 71  # its exit status when the limits could not be set: no student code ran
-MAX_HEADER = 1 << 20  # the longest line the student's process may send on its channel
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class LessonModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(code, vars(module))  # the course's own source, sent by the grader
 
 
-def run_submission(job: dict, setup: Setup, progress, channel, requests) -> None:
+def run_submission(job: dict, setup: Setup, progress, channel, requests: int) -> None:
     """Runs in the forked process: execute the cells; at each graded cell, answer the
     grader's requests until it says to go on."""
     sys.meta_path.insert(0, LessonModules(job["modules"]))
@@ -146,34 +146,34 @@ def run_submission(job: dict, setup: Setup, progress, channel, requests) -> None
             if result:
                 cell_errors[index] = result
         else:
-            _send(channel, {"at": cell["grade_id"]})
+            framing.send(channel, {"at": cell["grade_id"]})
             serve_requests(setup.observing, shell.user_ns, channel, requests)
-    _send(channel, {"done": {"cell_errors": cell_errors}})
+    framing.send(channel, {"done": {"cell_errors": cell_errors}})
     sys.stdout.flush()
     sys.stderr.flush()
     progress.write("done\n")
     progress.flush()
 
 
-def serve_requests(observing, namespace: dict, channel, requests) -> None:
-    """Answer the grader's requests on the student's objects until it says to go on."""
+def serve_requests(observing, namespace: dict, channel, requests: int) -> None:
+    """Answer the grader's requests (read from the fd ``requests``) on the student's objects
+    until it says to go on."""
+    frames = framing.Frames(_request_size, max_header=None)
     while True:
-        header = json.loads(requests.readline())
+        header, request = frames.receive(requests)
         if header.get("continue"):
             return
-        request = requests.read(header["request"])
         try:
             replies = observing.answer(request, namespace)
         except BaseException as err:  # noqa: BLE001 (interrupted past the cell's time limit)
             failed = observing.Observation(error=_describe_error(err))
             cases = observing.wire.loads(request)["cases"]
             replies = [observing.wire.dumps(vars(failed)) for _ in cases]
-        _send(channel, {"reply": [len(r) for r in replies]}, b"".join(replies))
+        framing.send(channel, {"reply": [len(r) for r in replies]}, b"".join(replies))
 
 
-def _send(channel, header: dict, data: bytes = b"") -> None:
-    channel.write(json.dumps(header).encode() + b"\n" + data)
-    channel.flush()
+def _request_size(header: dict) -> int:
+    return header.get("request", 0)
 
 
 def _describe_error(err: BaseException) -> str:
@@ -213,36 +213,9 @@ def confine(job: dict, pipes: dict[int, int]) -> None:
 
 # ---------------------------------------------------------------- the warm parent
 
-class Inbox:
-    """The grader's side of the pipes: framed messages read from ``fd`` as they come."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buffer = fd, b""
-
-    def fill(self) -> bool:
-        """Read what is there; False at end of file."""
-        chunk = os.read(self.fd, 1 << 20)
-        self.buffer += chunk
-        return bool(chunk)
-
-    def message(self) -> bytes | None:
-        """One whole message (a JSON line and the bytes it announces), or None yet."""
-        if b"\n" not in self.buffer:
-            return None
-        line, rest = self.buffer.split(b"\n", 1)
-        size = json.loads(line).get("request", 0)
-        if len(rest) < size:
-            return None
-        self.buffer = rest[size:]
-        return line + b"\n" + rest[:size]
-
-    def wait(self) -> bytes | None:
-        """The next whole message, waiting for it; None at end of file."""
-        while (found := self.message()) is None:
-            select.select([self.fd], [], [])
-            if not self.fill():
-                return None
-        return found
+def inbox() -> framing.Frames:
+    """The grader's side of the pipes: jobs, requests and go-aheads (trusted: no size limit)."""
+    return framing.Frames(_request_size, max_header=None)
 
 
 class ProtocolBroken(Exception):
@@ -254,45 +227,28 @@ class Channel:
     words, each relayed to the grader once whole."""
 
     def __init__(self, fd: int, limit: int, answers):
-        self.fd, self.limit, self.answers = fd, limit, answers
-        self.buffer, self.done = b"", None
+        self.fd, self.answers, self.done = fd, answers, None
+        self.frames = framing.Frames(lambda header: framing.sizes(header, "reply"),
+                                     max_size=limit)
 
     def drain(self) -> bool:
         """Read, relay whole messages; True when the grader now has something to answer."""
-        chunk = os.read(self.fd, 1 << 20)
-        if not chunk:
+        if not self.frames.read_from(self.fd):
             return False
-        self.buffer += chunk
         relayed = False
-        while (message := self._message()) is not None:
-            relayed |= self._relay(*message)
-        return relayed
-
-    def _message(self) -> tuple[dict, bytes] | None:
-        if b"\n" not in self.buffer:
-            if len(self.buffer) > MAX_HEADER:
-                raise ProtocolBroken("an endless line")
-            return None
-        line, rest = self.buffer.split(b"\n", 1)
         try:
-            header = json.loads(line)
-            sizes = header.get("reply", [])
-            size = sum(sizes)
-        except (ValueError, TypeError, AttributeError, RecursionError):
-            raise ProtocolBroken("a line that is not a message") from None
-        if any(type(n) is not int or n < 0 for n in sizes) or size > self.limit:
-            raise ProtocolBroken(f"a reply of {size:,} bytes (at most {self.limit:,})")
-        if len(rest) < size:
-            return None
-        self.buffer = rest[size:]
-        return header, rest[:size]
+            while (message := self.frames.pop()) is not None:
+                relayed |= self._relay(*message)
+        except framing.FramingError as err:
+            raise ProtocolBroken(str(err)) from None
+        return relayed
 
     def _relay(self, header: dict, data: bytes) -> bool:
         if set(header) == {"at"} and type(header["at"]) is str:
-            _answer(self.answers, {"event": "at", "grade_id": header["at"][:200]})
+            framing.send(self.answers, {"event": "at", "grade_id": header["at"][:200]})
             return True
         if set(header) == {"reply"}:
-            _answer(self.answers, {"event": "reply", "sizes": header["reply"]}, data)
+            framing.send(self.answers, {"event": "reply", "sizes": header["reply"]}, data)
             return True
         if set(header) == {"done"} and type(header["done"]) is dict and self.done is None:
             self.done = header["done"]
@@ -300,21 +256,21 @@ class Channel:
         raise ProtocolBroken("a message out of turn")
 
 
-def _answer(answers, header: dict, data: bytes = b"") -> None:
-    answers.write(json.dumps(header).encode() + b"\n" + data)
-    answers.flush()
-
-
-def serve(setup: Setup, inbox: Inbox, answers) -> None:
-    """One final answer per job: a JSON line, then the bytes of the files it lists."""
-    while (message := inbox.wait()) is not None:
-        job = json.loads(message)
-        answer, files = supervise(job, setup, inbox, answers)
+def serve(setup: Setup, jobs: framing.Frames, answers) -> None:
+    """One final answer per job read from stdin: a JSON line, then the bytes of the files it
+    lists."""
+    while True:
+        try:
+            job, _ = jobs.receive(JOBS_FD)
+        except EOFError:
+            return
+        answer, files = supervise(job, setup, jobs, answers)
         answer["files"] = {name: len(data) for name, data in files.items()}
-        _answer(answers, answer, b"".join(files.values()))
+        framing.send(answers, answer, b"".join(files.values()))
 
 
-def supervise(job: dict, setup: Setup, inbox: Inbox, answers) -> tuple[dict, dict[str, bytes]]:
+def supervise(job: dict, setup: Setup, jobs: framing.Frames, answers
+              ) -> tuple[dict, dict[str, bytes]]:
     """Fork a process for ``job``, relay the grader's requests, enforce its limits, say how it
     ended, collect its output."""
     pipes = {fd: os.pipe() for fd in (OUTPUT_FD, PROGRESS_FD, CHANNEL_FD, REQUEST_FD)}
@@ -325,7 +281,7 @@ def supervise(job: dict, setup: Setup, inbox: Inbox, answers) -> tuple[dict, dic
         try:
             confine(job, theirs | {2: theirs[OUTPUT_FD]})
             run_submission(job, setup, os.fdopen(PROGRESS_FD, "w"),
-                           os.fdopen(CHANNEL_FD, "wb"), os.fdopen(REQUEST_FD, "rb"))
+                           os.fdopen(CHANNEL_FD, "wb"), REQUEST_FD)
         except BaseException:  # noqa: BLE001 (any failure ends the process; the parent reports)
             code = 70
         os._exit(code)
@@ -334,7 +290,7 @@ def supervise(job: dict, setup: Setup, inbox: Inbox, answers) -> tuple[dict, dic
     output = Stream(pipes[OUTPUT_FD][0], job["output_kept"])
     channel = Channel(pipes[CHANNEL_FD][0], job["record_limit"], answers)
     outcome = _watch(pid, pipes[PROGRESS_FD][0], output, channel,
-                     Relay(inbox, pipes[REQUEST_FD][1]), job)
+                     Relay(jobs, pipes[REQUEST_FD][1]), job)
     for fd in (pipes[PROGRESS_FD][0], pipes[CHANNEL_FD][0], pipes[REQUEST_FD][1]):
         os.close(fd)
     _kill_group(pid)
@@ -359,14 +315,14 @@ def _cell_errors(done: dict | None) -> dict[str, str]:
 class Relay:
     """The grader's requests, passed on to the student's process as they come."""
 
-    def __init__(self, inbox: Inbox, fd: int):
-        self.inbox, self.fd, self.pending = inbox, fd, b""
+    def __init__(self, frames: framing.Frames, fd: int):
+        self.frames, self.fd, self.pending = frames, fd, b""
         os.set_blocking(fd, False)
 
     def take(self) -> None:
         """Queue whole messages the grader has sent."""
-        while (message := self.inbox.message()) is not None:
-            self.pending += message
+        while (message := self.frames.pop()) is not None:
+            self.pending += framing.encode(*message)
 
     def push(self) -> None:
         try:
@@ -374,6 +330,7 @@ class Relay:
         except (BlockingIOError, BrokenPipeError):
             return
         self.pending = self.pending[written:]
+
 
 class Stream:
     """A pipe from the submission's process, read as it comes: the first ``limit`` bytes are
@@ -404,7 +361,7 @@ def _watch(pid: int, progress_fd: int, output: Stream, channel: Channel, relay: 
     while True:
         writing = [relay.fd] if relay.pending else []
         ready, can_write, _ = select.select(
-            [progress_fd, output.fd, channel.fd, relay.inbox.fd], writing, [], 0.05)
+            [progress_fd, output.fd, channel.fd, JOBS_FD], writing, [], 0.05)
         if output.fd in ready:
             output.drain()
         if channel.fd in ready:
@@ -414,8 +371,8 @@ def _watch(pid: int, progress_fd: int, output: Stream, channel: Channel, relay: 
                 _kill_group(pid)
                 return {"status": "crashed", "reason": f"the kernel broke the grading protocol "
                                                        f"({err}) in cell {_n(cell)}"}
-        if relay.inbox.fd in ready:
-            if not relay.inbox.fill():
+        if JOBS_FD in ready:
+            if not relay.frames.read_from(JOBS_FD):
                 _kill_group(pid)
                 return {"status": "crashed", "reason": "the grader went away"}
             relay.take()
@@ -518,9 +475,9 @@ def main(argv: list[str] | None = None) -> None:
     confinement.keep_memory_private()
     setup = prepare(options.scratch, options.package_root, options.own_pid_namespace)
     reset_scratch(setup.scratch)
-    print(json.dumps({"ready": "attention_course"}), flush=True)
+    framing.send(sys.stdout.buffer, {"ready": "attention_course"})
     try:
-        serve(setup, Inbox(sys.stdin.fileno()), sys.stdout.buffer)
+        serve(setup, inbox(), sys.stdout.buffer)
     except BrokenPipeError:  # the grader stopped listening: it has stopped this runner
         os._exit(0)
 

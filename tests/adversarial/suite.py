@@ -33,7 +33,7 @@ import psutil
 from nbgrader.api import Gradebook
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the grader, when run as a script
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the grader and the tests' helpers, as a script
 
 from attacks import ATTACKS, LESSON, MARKER, Attack, Target, file_of, notebook  # noqa: E402
 
@@ -41,8 +41,8 @@ from grader import cli  # noqa: E402
 from grader.course import COURSE_ID  # noqa: E402
 from grader.demo import MISTAKES  # noqa: E402
 from grader.grading.results import Result  # noqa: E402
-from grader.records import gradebook  # noqa: E402
-from grader.workspace import Workspace
+from grader.workspace import Workspace  # noqa: E402
+from helpers import gradebook  # noqa: E402
 
 # A cell may run 10 s: a correct cell that imports torch._dynamo (@torch.compile) takes 1.6 s
 # alone and passed 5 s with the whole suite running beside it.
@@ -132,7 +132,7 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
         listener.stop()
     cli.main(["--workspace", str(workspace.root), "feedback"])
     cli.main(["--workspace", str(workspace.root), "report"])
-    results = {r.student: r for r in cli.load_results(workspace)}
+    results = {r.student: r for r in gradebook.results(workspace)}
     for attack in attacks:
         output = workspace.result_file(attack.student, LESSON).with_suffix(".output.txt")
         text = output.read_text(errors="replace") if output.is_file() else ""
@@ -309,8 +309,8 @@ def gradebook_problems(workspace: Workspace, before: dict[str, tuple]) -> list[s
     after = honest_rows(workspace)
     problems += [f"{student}'s rows changed" for student in HONEST
                  if after[student] != before[student]]
-    recorded = gradebook.scores(workspace.db_url)
-    for result in cli.load_results(workspace):
+    recorded = gradebook.scores(workspace)
+    for result in gradebook.results(workspace):
         book = recorded.get((result.student, result.lesson))
         mine = {e.grade_id: 0.0 if result.held else e.points for e in result.exercises}
         if book != mine:

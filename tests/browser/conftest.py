@@ -22,7 +22,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from local_server import free_port
+
+from helpers.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))

@@ -11,13 +11,13 @@ import re
 import pytest
 from conftest import TOKEN
 from lab_pages import hide_file_browser, open_menu_item
-from notebook_tools import lessons
 from playwright.sync_api import expect
 
 from grader import cli
 from grader.demo import student_id, submission_file
-from grader.records import gradebook
 from grader.workspace import Workspace
+from helpers import gradebook
+from helpers.notebooks import lessons
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LESSONS = {2: "02_scaled_dot_product", 3: "03_masking"}  # lesson number -> lesson
@@ -116,7 +116,7 @@ def test_a_flagged_submission_shows_why_and_a_score_set_there_counts(lab, demo_c
         "id => fetch(`/formgrader/api/grade/${id}`).then(r => r.json())"
         ".then(g => g.manual_score === 1.5)", arg=ids["check_softmax"], timeout=10_000)
     screenshot(page, "formgrader-flagged")
-    assert ("s06", L02, "check_softmax", 1.5, None) in gradebook.overrides(demo_class.db_url)
+    assert ("s06", L02, "check_softmax", 1.5, None) in gradebook.overrides(demo_class)
     assert cli.main(["--workspace", str(demo_class.root), "report"]) == 0
     with (demo_class.report / "grades.csv").open(newline="") as file:
         table = list(csv.reader(file))

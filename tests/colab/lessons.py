@@ -29,7 +29,7 @@ from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from notebook_tools import NOTEBOOKS, SOLUTIONS, Client, answered, check_cells  # noqa: E402
+from helpers.notebooks import NOTEBOOKS, SOLUTIONS, Client, answered, check_cells  # noqa: E402
 
 PINS = Path(__file__).with_name("constraints.txt")
 LESSONS = ids()

@@ -9,7 +9,7 @@ from nbclient import NotebookClient
 
 from attention_course.lessons import ids
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 

@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL server, for the tests and the benchmarks.
 
-    from postgres import throwaway_server  # in tests/; elsewhere: from tests.postgres import ...
+    from helpers.postgres import throwaway_server
 
     with throwaway_server() as server:
         url = server.create_database()  # a fresh, empty database: postgresql://postgres@/db_1?host=...

@@ -1,7 +1,7 @@
 """A throwaway Dask cluster on loopback, started as an instructor starts one, for the tests and
 the benchmarks.
 
-    from dask_cluster import local_cluster  # in tests/; elsewhere: from tests.dask_cluster ...
+    from helpers.dask_cluster import local_cluster
 
     with local_cluster(folder, workers=2) as cluster:
         cluster.address                      # tcp://127.0.0.1:<port>, for --scheduler
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASK = str(Path(sys.executable).with_name("dask"))
 START_SECONDS = 60
 ENVIRONMENT = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
