@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -40,7 +40,7 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "date": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def sections(quick: bool) -> dict:

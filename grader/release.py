@@ -13,10 +13,10 @@ import argparse
 import os
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import nbformat
-import tomllib
 
 from attention_course import lessons
 

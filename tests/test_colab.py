@@ -9,11 +9,11 @@ import importlib.util
 import re
 import subprocess
 import sys
+import tomllib
 import types
 from importlib.machinery import ModuleSpec
 
 import pytest
-import tomllib
 import torch
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

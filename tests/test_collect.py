@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -502,7 +502,7 @@ def test_python_m_grader_collect_prints_the_table_and_fails_on_a_skip(tmp_path):
 
 
 def test_times_are_written_as_nbgrader_reads_them():
-    when = datetime(2024, 3, 1, 18, 15, 30, 123456, tzinfo=timezone.utc)
+    when = datetime(2024, 3, 1, 18, 15, 30, 123456, tzinfo=UTC)
     text = when.strftime(TIMESTAMP_FORMAT)
     assert text == "2024-03-01 18:15:30.123456 UTC"
     assert parse_time(text) == when

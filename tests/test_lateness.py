@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import nbformat
@@ -24,7 +24,7 @@ from grader.records.standings import submission_lateness
 from grader.workspace import Workspace
 from helpers import gradebook
 
-UTC = timezone.utc
+UTC = UTC
 DUE = datetime(2025, 3, 7, 23, 59, tzinfo=UTC)
 POLICY = LatePolicy(penalty_per_day=0.1, max_penalty=0.3, grace=timedelta(minutes=10))
 

@@ -11,13 +11,13 @@ import re
 import signal
 import subprocess
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

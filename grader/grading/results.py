@@ -7,7 +7,7 @@ must look at: a submission that could not be graded, or one whose kernel showed 
 
 import json
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
 def exercise_name(grade_id: str) -> str:
@@ -15,14 +15,11 @@ def exercise_name(grade_id: str) -> str:
     return grade_id.removeprefix("check_")
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     GRADED = "graded"  # every graded cell judged (points may be 0)
     UNGRADABLE = "ungradable"  # the file could not be read as this lesson's notebook
     TIMED_OUT = "timed out"  # a cell would not stop, or the submission ran past its budget
     CRASHED = "crashed"  # the kernel died, or its record could not be read
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

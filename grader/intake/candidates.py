@@ -11,7 +11,7 @@ import hashlib
 import io
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .download import Entry, is_junk, zip_entries
 from .errors import CollectError, Skip
@@ -44,7 +44,7 @@ class Candidate:
 
     @property
     def order(self) -> tuple:
-        return (self.found.time or datetime.min.replace(tzinfo=timezone.utc), self.entry.order)
+        return (self.found.time or datetime.min.replace(tzinfo=UTC), self.entry.order)
 
 
 @dataclass

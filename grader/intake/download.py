@@ -13,7 +13,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ..workspace import folder_digest
@@ -67,7 +67,7 @@ def _zip_time(info: zipfile.ZipInfo) -> datetime | None:
     if info.date_time[0] <= 1980:
         return None
     try:
-        return datetime(*info.date_time).astimezone().astimezone(timezone.utc)
+        return datetime(*info.date_time).astimezone().astimezone(UTC)
     except ValueError:
         return None
 
@@ -93,7 +93,7 @@ def folder_entries(folder: Path) -> list[Entry]:
     for index, path in enumerate(sorted(p for p in folder.rglob("*") if p.is_file())):
         stat = path.stat()
         entries.append(Entry(path.relative_to(folder).as_posix(), stat.st_size,
-                             datetime.fromtimestamp(stat.st_mtime, timezone.utc),
+                             datetime.fromtimestamp(stat.st_mtime, UTC),
                              path.read_bytes, (index,), "the file's modification time"))
     return entries
 

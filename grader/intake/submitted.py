@@ -8,7 +8,7 @@ it was submitted) and, from nbgrader's exchange, ``submission_secret.txt``.
 
 import hashlib
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..timestamps import nbgrader_time, parse_time
 from ..workspace import Workspace, atomic_write
@@ -85,7 +85,7 @@ def _against_the_workspace(winner: Candidate, student: str, lesson: str, manifes
 def write(winners: list[Candidate], workspace: Workspace, manifest: Manifest, digest: str,
           name: str, fmt: str) -> None:
     """Each winner's notebook and exchange files into submitted/, then the manifest."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for candidate in winners:
         folder = workspace.submission(candidate.student, candidate.lesson)
         folder.mkdir(parents=True, exist_ok=True)

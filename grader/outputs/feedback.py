@@ -14,7 +14,7 @@ submission says its grade is set by the instructor, and a late one shows its pen
 """
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..grading.results import ExerciseResult, Outcome, Result
@@ -98,7 +98,7 @@ def _exchange_files(folder: Path, source: Path | None, standing: Standing) -> No
         if source is not None and (source / name).is_file() and not (source / name).is_symlink():
             (folder / name).write_bytes((source / name).read_bytes())
     if not (folder / "timestamp.txt").is_file():
-        when = standing.timestamp or datetime.now(timezone.utc)
+        when = standing.timestamp or datetime.now(UTC)
         (folder / "timestamp.txt").write_text(nbgrader_time(when))
     if not (folder / "submission_secret.txt").is_file():
         (folder / "submission_secret.txt").write_text(uuid.uuid4().hex)

@@ -32,7 +32,7 @@ share one PostgreSQL gradebook.
 
 import tempfile
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nbgrader.api import Gradebook
@@ -132,7 +132,7 @@ class Recorder:
             self.book.db.flush()
             set_penalty(self.book, submission, self.course, marker)
             database.add_entry(self.book, *key, {
-                "recorded": datetime.now(timezone.utc).isoformat(),
+                "recorded": datetime.now(UTC).isoformat(),
                 "submission": handin.digest}, marker, result.to_json())
             self.book.db.commit()
         self.recorded.append(result)

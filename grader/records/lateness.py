@@ -13,10 +13,9 @@ a submission has.
 """
 
 import math
-from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
-
 import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
 
 from ..timestamps import as_utc, parse_time
 from ..workspace import Workspace
@@ -112,7 +111,7 @@ def _utc(value, where: str) -> datetime:
     if isinstance(value, datetime):
         return as_utc(value)
     if isinstance(value, date):
-        return datetime.combine(value, time(23, 59, 59), timezone.utc)
+        return datetime.combine(value, time(23, 59, 59), UTC)
     raise CourseFileError(f"{where}: not a date and time: {value!r}")
 
 

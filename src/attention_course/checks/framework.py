@@ -270,9 +270,9 @@ def run_check(exercise: Exercise, student: Callable | Harnessed | Target, cases:
     """Judge ``student`` on every case; print one line on success, raise AssertionError else.
 
     Under the grader a session observes in the student's process and judges here (see
-    ``grader/grading/verdicts.py``): ``student`` is then a ``Target`` or ``Harnessed`` of targets, so a
-    check describes everything of the student's (a module, a model) as ``Harnessed``, never
-    builds it itself.
+    ``grader/grading/verdicts.py``): ``student`` is then a ``Target`` or ``Harnessed`` of
+    targets, so a check describes everything of the student's (a module, a model) as
+    ``Harnessed``, never builds it itself.
     """
     session = SESSION.get()
     if session is not None:
