@@ -1,9 +1,11 @@
 # Attention, step by step: set up, open and test the course.
 #   make lab    install if needed, then open JupyterLab on your own working copy (work/)
 #   make test   install if needed, then run the whole test suite
+#   make test-fast   the suite without the slow, browser and adversarial tests (contributors)
 #   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
 #   make demo   grade a synthetic class of 30 students and write its report (instructors)
-#   make adversarial  grade 64 crafted attacks on the grader and summarise what they got
+#   make collect / grade / refresh / feedback / report   a class's grading (docs/instructors/)
+#   make adversarial  grade crafted attacks on the grader and summarise what they got
 # Each target installs what it needs and no more: `make lab` the course's runtime alone.
 
 PYTHON ?= python3
@@ -15,8 +17,8 @@ WORK ?= work
 PORT ?= 8888
 
 .PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox postgresql \
-	test-packages lab working-copy exchange formgrader release collect grade feedback report demo \
-	adversarial test bench lint clean
+	test-packages lab working-copy exchange formgrader release collect grade refresh feedback report \
+	demo adversarial test test-fast bench lint clean
 
 # --- Installing -------------------------------------------------------------------------------
 # One environment, $(VENV), installed in layers, each only when pyproject.toml or constraints.txt
@@ -252,6 +254,11 @@ grade: install-instructor sandbox
 	$(GRADER) grade $(if $(LESSON),--lesson $(LESSON)) $(if $(WORKERS),--workers $(WORKERS)) \
 		$(if $(AGAIN),--again) $(if $(SCHEDULER),--scheduler "$(SCHEDULER)")
 
+# course.toml's due dates and extensions, and the late penalties, into the gradebook (grade does
+# it too); feedback and report only read the gradebook.
+refresh: install-instructor
+	$(GRADER) refresh
+
 feedback: install-instructor
 	$(GRADER) feedback
 
@@ -276,21 +283,24 @@ adversarial: install sandbox
 # built once; a notebook's cells share one kernel), modules in collection order (the slow suites
 # first), one torch thread per process, so that workers' kernels do not fight over the cores,
 # and bytecode written for every module the first time it is imported (the rest of what the
-# installs did not compile). Every lesson also runs under Colab's pins
-# (tests/test_colab_pinned.py, in $(COLAB_VENV)). FAST=1 skips the browser and adversarial
-# suites, for contributors; CI and the README's command run everything. The slowest 20 tests
-# are listed at the end, to keep an eye on.
+# installs did not compile). Every lesson also runs under Colab's pins (tests/colab/, in
+# $(COLAB_VENV)). The slowest 20 tests are listed at the end, to keep an eye on.
 # What the suite needs is installed side by side (the Debian packages while uv installs), each
 # part's output shown when it is done.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST = OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) \
+	--dist loadscope --no-loadscope-reorder
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target install colab-env test-packages
-	@$(if $(FAST),echo "FAST=1: skipping the browser and adversarial suites (CI runs them)")
-	CHROMIUM=$(CHROMIUM) COLAB_PYTHON="$(abspath $(COLAB_VENV))/bin/python" OMP_NUM_THREADS=1 \
-		PYTHONDONTWRITEBYTECODE= \
-		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
-		--durations=20 \
-		$(if $(FAST),-m "not browser and not adversarial")
+	CHROMIUM=$(CHROMIUM) COLAB_PYTHON="$(abspath $(COLAB_VENV))/bin/python" $(PYTEST) --durations=20
+
+# The suite without what takes minutes, for contributors between changes: no test marked slow
+# (notebooks executed, models trained, classes graded end to end, servers and clusters, the
+# Colab-pinned run), browser or adversarial. CI runs `make test`.
+FAST_SKIPS = not slow and not browser and not adversarial
+test-fast: install sandbox
+	@echo "make test-fast: skipping the tests marked slow, browser and adversarial (make test runs them)"
+	$(PYTEST) -m "$(FAST_SKIPS)"
 
 # Every performance figure, measured side by side; QUICK=1 for a small smoke run.
 bench: install sandbox

@@ -8,7 +8,7 @@ directory, course/ by default, or wherever ATTENTION_COURSE_WORKSPACE points.
 The exchange (where `nbgrader release_assignment`, `submit`, `collect`, `release_feedback` and
 `fetch_feedback` meet on a JupyterHub) is /srv/nbgrader/exchange, nbgrader's default, or
 wherever ATTENTION_COURSE_EXCHANGE points; students need the same course id and exchange in
-their own nbgrader_config.py (see the README).
+their own nbgrader_config.py (see docs/instructors/jupyterhub.md).
 
 The formgrader's Autograde button grades through the course's sandboxed grader
 (grader/nbgrader_hooks.py); `nbgrader autograde` on the command line stays nbgrader's own, which
@@ -47,10 +47,3 @@ c.SandboxedAutograde.workspace = str(WORKSPACE)
 
 # The student version keeps the signature, docstring and hints; the body becomes this stub.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
-
-# `make collect ZIP=...`: nbgrader zip_collect reads an LMS download whose files are named
-# <student>_<lesson>.ipynb (e.g. s07_02_scaled_dot_product.ipynb), inside any folders.
-# (nbgrader joins this to the course root, so it must be relative to it)
-c.ZipCollectApp.downloaded_directory = os.path.relpath(WORKSPACE / "downloaded", REPOSITORY_ROOT)
-c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9.@-]+)_(?P<file_id>[^/]+)$"
-c.FileNameCollectorPlugin.valid_ext = [".ipynb"]

@@ -145,7 +145,7 @@ def prepare(client: Client, limits: Limits, sandboxed: bool) -> None:
     except Exception as err:  # raised on a worker: Dask passes it on as a plain Exception
         raise ClusterError(f"a worker cannot load the course's grader ({err}): start each "
                            f"worker from a checkout of the course, with PYTHONPATH at it "
-                           f"(see the README)") from None
+                           f"(docs/instructors/scaling.md)") from None
     if unfit:
         raise ClusterError("; ".join(f"worker {address} cannot grade: {why}"
                                      for address, why in sorted(unfit.items())))
