@@ -192,7 +192,5 @@ def grade_batch(submissions: list[Submission], lessons: dict[str, Lesson], works
         stopped.set()
         pool.shutdown(wait=False, cancel_futures=True)
         for runner in started:
-            runner.stop()
+            runner.close()
         pool.shutdown(wait=True)
-        for runner in started:  # one a thread may have started meanwhile
-            runner.stop()

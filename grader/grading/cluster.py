@@ -95,7 +95,7 @@ class Runners(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         for runner in self.started:
-            runner.stop()
+            runner.close()
 
 
 class WorkerUnfit(Exception):

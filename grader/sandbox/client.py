@@ -10,6 +10,7 @@ import math
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,9 +63,6 @@ class Ended(ExchangeFailed):
         self.answer, self.files = answer, files
 
 
-def _announced(header: dict) -> int:
-    """The bytes after a runner's message: a check's replies, or a job's files."""
-    return framing.sizes(header, "sizes") + framing.sizes(header, "files", dict)
 
 
 class Runner:
@@ -74,12 +72,17 @@ class Runner:
     def __init__(self, scratch: Path, limits: Limits, sandboxed: bool = True):
         self.scratch, self.limits, self.sandboxed = scratch, limits, sandboxed
         self.process: subprocess.Popen | None = None
-        self.frames = self._frames()
+        self.frames = framing.Frames(self._announced)
         self.deadline = 0.0
+        self.lock, self.closed = threading.Lock(), False
 
-    def _frames(self) -> framing.Frames:
-        return framing.Frames(_announced, max_size=max(
-            MAX_RECORD_BYTES, self.limits.output_kept + FILES_SLACK))
+    def _announced(self, header: dict) -> int:
+        """The bytes after a runner's message (a check's replies, or a job's files), refused
+        before they are read when they are more than it may send."""
+        replies, files = framing.sizes(header, "sizes"), framing.sizes(header, "files", dict)
+        if replies > MAX_RECORD_BYTES or files > self.limits.output_kept + FILES_SLACK:
+            raise ValueError("more than the runner may send")
+        return replies + files
 
     def command(self, package_root: Path) -> list[str]:
         if self.sandboxed:
@@ -93,11 +96,14 @@ class Runner:
         root = package.build(self.scratch.parent / "packages" / self.scratch.name)
         env = {} if self.sandboxed else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                                          "OMP_NUM_THREADS": "1"}  # none of the grader's
-        self.process = subprocess.Popen(self.command(root), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env,
-                                        cwd=None if self.sandboxed else self.scratch,
-                                        start_new_session=True)
-        self.frames = self._frames()
+        with self.lock:
+            if self.closed:
+                raise RunnerDied("the batch was stopped")
+            self.process = subprocess.Popen(self.command(root), stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, env=env,
+                                            cwd=None if self.sandboxed else self.scratch,
+                                            start_new_session=True)
+        self.frames = framing.Frames(self._announced)
         self._receive(time.monotonic() + self.limits.start_timeout)  # {"ready": ...}
 
     def run(self, job: dict, on_graded: OnGraded) -> tuple[dict, dict[str, bytes]]:
@@ -130,8 +136,6 @@ class Runner:
         header, data = self._receive(self.deadline)
         if header.get("event") != "reply":
             raise Ended(header, data)
-        if len(data) > MAX_RECORD_BYTES:
-            raise RunnerDied("it announced replies larger than a check may send")
         replies, start = [], 0
         for size in header["sizes"]:
             replies.append(data[start:start + size])
@@ -140,8 +144,8 @@ class Runner:
 
     def _final(self, answer: dict, data: bytes) -> tuple[dict, dict[str, bytes]]:
         sizes = answer.pop("files", None)
-        if type(sizes) is not dict or len(data) > self.limits.output_kept + FILES_SLACK:
-            raise RunnerDied("it announced more data than it may send")
+        if type(sizes) is not dict:
+            raise RunnerDied("its last answer lists no files")
         files, start = {}, 0
         for name, size in sizes.items():
             files[name], start = data[start:start + size], start + size
@@ -160,10 +164,17 @@ class Runner:
 
     def stop(self) -> None:
         """Kill the runner and everything it started (also while a thread waits on it)."""
-        process, self.process = self.process, None
+        with self.lock:
+            process, self.process = self.process, None
         if process is not None:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             process.wait()
+
+    def close(self) -> None:
+        """Stop the runner for good: it is not started again."""
+        with self.lock:
+            self.closed = True
+        self.stop()

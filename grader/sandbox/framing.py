@@ -32,12 +32,15 @@ def send(stream, header: dict, data: bytes = b"") -> None:
 
 
 class Frames:
-    """Whole messages out of the bytes read so far from one pipe."""
+    """Whole messages out of the bytes read so far from one pipe: each header is parsed once,
+    as soon as its line is whole, and the bytes after it are kept until the message is."""
 
     def __init__(self, size_of: Callable[[dict], int], max_header: int | None = MAX_HEADER,
                  max_size: int | None = None):
         self.size_of, self.max_header, self.max_size = size_of, max_header, max_size
-        self.buffer = b""
+        self.buffer = bytearray()
+        self.scanned = 0  # bytes of the buffer known to hold no newline
+        self.header: tuple[dict, int] | None = None  # the message being read, and its size
 
     def feed(self, chunk: bytes) -> None:
         self.buffer += chunk
@@ -51,11 +54,26 @@ class Frames:
     def pop(self) -> tuple[dict, bytes] | None:
         """The next whole message, or None until it has all come; FramingError if the bytes
         cannot be one."""
-        line, newline, rest = self.buffer.partition(b"\n")
-        if not newline:
-            if self.max_header is not None and len(self.buffer) > self.max_header:
+        if self.header is None:
+            end = self.buffer.find(b"\n", self.scanned)
+            self.scanned = len(self.buffer) if end < 0 else 0
+            if self.max_header is not None and (end if end >= 0 else len(self.buffer)) \
+                    > self.max_header:
                 raise FramingError("an endless line")
+            if end < 0:
+                return None
+            line = bytes(self.buffer[:end])
+            del self.buffer[:end + 1]
+            self.header = self._parse(line)
+        header, size = self.header
+        if len(self.buffer) < size:
             return None
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        self.header = None
+        return header, data
+
+    def _parse(self, line: bytes) -> tuple[dict, int]:
         try:
             header = json.loads(line)
             size = self.size_of(header)
@@ -65,10 +83,7 @@ class Frames:
             raise FramingError("a line that is not a message")
         if self.max_size is not None and size > self.max_size:
             raise FramingError(f"a message of {size:,} bytes (at most {self.max_size:,})")
-        if len(rest) < size:
-            return None
-        self.buffer = rest[size:]
-        return header, rest[:size]
+        return header, size
 
     def receive(self, fd: int, deadline: float | None = None) -> tuple[dict, bytes]:
         """The next whole message from ``fd``, waiting for it until ``deadline`` (a

@@ -28,14 +28,15 @@ stdout and stdin,
 and the student's process answers each request with ``checks.observing.answer`` (it calls the
 student's code on the cases; nothing is judged there). It talks to this process over pipes
 only: its output (the first ``output_kept`` bytes kept), the cell it starts, its replies
-(``record_limit`` bytes at most each) and the requests it reads. Anything else on its channel
-ends it. A cell past ``cell_timeout`` (not counting the time the grader takes to judge) is
-interrupted (SIGINT), then killed if it does not stop, and the whole job is killed past
-``budget``.
+(``record_limit`` bytes at most each) and the requests it reads. Anything else on its channel,
+or anything out of turn (``Channel``), ends it; a request or go-ahead for a submission that has
+already ended is dropped. A cell past ``cell_timeout`` (not counting the time the grader takes
+to judge) is interrupted (SIGINT), then killed if it does not stop, and the whole job is killed
+past ``budget``.
 
 Each job ends with a JSON line, {"status": "finished" | "timed out" | "crashed", "reason": "...",
-"cell_errors": {...}, "files": {name: size}}, followed by the files' bytes (output.txt). After
-each job the scratch directory (home, temporary files, working directory) is emptied and, in the
+"files": {name: size}}, followed by the files' bytes (output.txt). After each job the scratch
+directory (home, temporary files, working directory) is emptied and, in the
 sandbox's own PID namespace (``--own-pid-namespace``), every other process is killed.
 
 This file imports nothing from the grader but ``confinement`` and ``framing`` next to it, so it
@@ -137,18 +138,15 @@ def run_submission(job: dict, setup: Setup, progress, channel, requests: int) ->
         stream.reconfigure(line_buffering=True)
     shell = InteractiveShell.instance(config=Config(  # plain tracebacks: read in a text file
         HistoryManager={"enabled": False}, InteractiveShell={"colors": "nocolor"}))
-    cell_errors = {}
     for index, cell in enumerate(job["cells"]):
         progress.write(f"{index}\n")
         progress.flush()
         if cell["kind"] == "code":
-            result = _run_cell(shell, cell["source"])
-            if result:
-                cell_errors[index] = result
+            _run_cell(shell, cell["source"])
         else:
             framing.send(channel, {"at": cell["grade_id"]})
             serve_requests(setup.observing, shell.user_ns, channel, requests)
-    framing.send(channel, {"done": {"cell_errors": cell_errors}})
+    framing.send(channel, {"done": True})
     sys.stdout.flush()
     sys.stderr.flush()
     progress.write("done\n")
@@ -184,13 +182,12 @@ def _describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"[:2000]
 
 
-def _run_cell(shell: InteractiveShell, source: str) -> str | None:
+def _run_cell(shell: InteractiveShell, source: str) -> None:
+    """One cell; its errors are in its output, as in a notebook, and the next cell runs."""
     try:
-        result = shell.run_cell(source, store_history=False)
-    except BaseException as err:  # noqa: BLE001 (SystemExit, interrupts outside the cell)
-        return _describe_error(err)
-    err = result.error_before_exec or result.error_in_exec
-    return None if err is None else _describe_error(err)
+        shell.run_cell(source, store_history=False)
+    except BaseException:  # noqa: BLE001, S110 (an interrupt between two cells: go on)
+        pass
 
 
 def confine(job: dict, pipes: dict[int, int]) -> None:
@@ -224,10 +221,13 @@ class ProtocolBroken(Exception):
 
 class Channel:
     """The student's process's channel, read as it comes: its waits, its replies and its last
-    words, each relayed to the grader once whole."""
+    words, each relayed to the grader once whole, and each in its turn: the process may stop
+    at a graded cell or end only while it runs its cells (``turn`` "child"), and reply only to
+    a request passed on to it ("reply"); while the grader judges ("grader") it may say nothing.
+    So the grader and the process never both write at once."""
 
     def __init__(self, fd: int, limit: int, answers):
-        self.fd, self.answers, self.done = fd, answers, None
+        self.fd, self.answers, self.done, self.turn = fd, answers, False, "child"
         self.frames = framing.Frames(lambda header: framing.sizes(header, "reply"),
                                      max_size=limit)
 
@@ -244,14 +244,16 @@ class Channel:
         return relayed
 
     def _relay(self, header: dict, data: bytes) -> bool:
-        if set(header) == {"at"} and type(header["at"]) is str:
+        if set(header) == {"at"} and type(header["at"]) is str and self.turn == "child":
+            self.turn = "grader"
             framing.send(self.answers, {"event": "at", "grade_id": header["at"][:200]})
             return True
-        if set(header) == {"reply"}:
+        if set(header) == {"reply"} and self.turn == "reply":
+            self.turn = "grader"
             framing.send(self.answers, {"event": "reply", "sizes": header["reply"]}, data)
             return True
-        if set(header) == {"done"} and type(header["done"]) is dict and self.done is None:
-            self.done = header["done"]
+        if header == {"done": True} and self.turn == "child" and not self.done:
+            self.done = True
             return False
         raise ProtocolBroken("a message out of turn")
 
@@ -264,6 +266,8 @@ def serve(setup: Setup, jobs: framing.Frames, answers) -> None:
             job, _ = jobs.receive(JOBS_FD)
         except EOFError:
             return
+        if "cells" not in job:  # the grader's word for a submission that has ended since
+            continue
         answer, files = supervise(job, setup, jobs, answers)
         answer["files"] = {name: len(data) for name, data in files.items()}
         framing.send(answers, answer, b"".join(files.values()))
@@ -289,39 +293,36 @@ def supervise(job: dict, setup: Setup, jobs: framing.Frames, answers
         os.close(end)
     output = Stream(pipes[OUTPUT_FD][0], job["output_kept"])
     channel = Channel(pipes[CHANNEL_FD][0], job["record_limit"], answers)
-    outcome = _watch(pid, pipes[PROGRESS_FD][0], output, channel,
-                     Relay(jobs, pipes[REQUEST_FD][1]), job)
-    for fd in (pipes[PROGRESS_FD][0], pipes[CHANNEL_FD][0], pipes[REQUEST_FD][1]):
-        os.close(fd)
-    _kill_group(pid)
+    try:
+        outcome = _watch(pid, pipes[PROGRESS_FD][0], output, channel,
+                         Relay(jobs, pipes[REQUEST_FD][1], channel), job)
+    finally:  # whatever happened, the submission's processes end here
+        _kill_group(pid)
+        for fd in (pipes[PROGRESS_FD][0], pipes[CHANNEL_FD][0], pipes[REQUEST_FD][1]):
+            os.close(fd)
     if setup.own_pid_namespace:
         _kill_strays()
     reset_scratch(setup.scratch)
     files = {"output.txt": output.finish()}
     if output.total > len(files["output.txt"]):
         files["output.txt"] += f"\n[output cut: {output.total:,} bytes in all]\n".encode()
-    if outcome["status"] == "finished" and channel.done is None:
+    if outcome["status"] == "finished" and not channel.done:
         outcome = {"status": "crashed", "reason": "the kernel ended without saying so"}
-    return outcome | {"cell_errors": _cell_errors(channel.done)}, files
-
-
-def _cell_errors(done: dict | None) -> dict[str, str]:
-    errors = (done or {}).get("cell_errors", {})
-    if type(errors) is not dict:
-        return {}
-    return {str(k)[:20]: str(v)[:2000] for k, v in list(errors.items())[:1000]}
+    return outcome, files
 
 
 class Relay:
-    """The grader's requests, passed on to the student's process as they come."""
+    """The grader's requests and go-aheads, passed on to the student's process as they come;
+    each gives the channel its next turn."""
 
-    def __init__(self, frames: framing.Frames, fd: int):
-        self.frames, self.fd, self.pending = frames, fd, b""
+    def __init__(self, frames: framing.Frames, fd: int, channel: Channel):
+        self.frames, self.fd, self.channel, self.pending = frames, fd, channel, b""
         os.set_blocking(fd, False)
 
     def take(self) -> None:
         """Queue whole messages the grader has sent."""
         while (message := self.frames.pop()) is not None:
+            self.channel.turn = "reply" if "request" in message[0] else "child"
             self.pending += framing.encode(*message)
 
     def push(self) -> None:
@@ -383,9 +384,10 @@ def _watch(pid: int, progress_fd: int, output: Stream, channel: Channel, relay: 
         if progress_fd in ready:
             buffer += os.read(progress_fd, 4096)
             *lines, buffer = buffer.split(b"\n")
+            buffer = buffer[-16:]  # a cell number or "done": nothing longer is one
             for line in lines:
                 done = done or line == b"done"
-                if line.isdigit():
+                if line.isdigit() and len(line) <= 6:
                     cell, cell_started, interrupted = int(line), time.monotonic(), False
         finished, status = os.waitpid(pid, os.WNOHANG)
         if finished:
