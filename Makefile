@@ -149,8 +149,8 @@ $(COLAB_STAMP): $(COLAB_VENV)/pyvenv.cfg pyproject.toml | $(UV) $(TORCH_WHEEL)
 #                which never downloads a browser of its own
 #   bubblewrap   student code is graded inside it (grader/sandbox/bwrap.py); without it grading refuses
 #                to run student code
-#   postgresql   the PostgreSQL gradebook's tests (tests/test_postgres.py) start a throwaway
-#                server of it (tests/postgres.py); a course's own server is its own
+#   postgresql   the PostgreSQL gradebook's tests (tests/pipeline/test_postgres.py) start a throwaway
+#                server of it (tests/helpers/postgres.py); a course's own server is its own
 CHROMIUM ?= /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 CHROMIUM_PACKAGES = $(if $(wildcard $(CHROMIUM)),,chromium chromium-driver)

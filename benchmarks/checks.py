@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from check_solutions import CORRECT, check_of  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' helpers
+from helpers.answers import CORRECT  # noqa: E402
+from helpers.checking import check_of  # noqa: E402
 
 
 def seconds(call, repeats: int) -> float:

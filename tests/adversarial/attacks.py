@@ -678,8 +678,8 @@ ATTACKS = [
            build=answered(builtin_answers(str), THREAD_PATCHES), needs_human=True),
     attack("gc-reaches-runner", "the runner's globals reached through gc, nothing imported",
            build=answered(builtin_answers(str), GC_REACHES_RUNNER), needs_human=True),
-    attack("writes-record", "writes a complete record to the grader's channel and exits",
-           WRITES_RECORD, outcome="ungradable"),
+    attack("writes-record", "writes a complete record to the grader's channel and exits: "
+           "replies before any request, out of turn", WRITES_RECORD, outcome="crashed"),
     attack("keeps-outputs", "rewrites the tensors it returned in a later cell",
            build=answered(KEEPING_ANSWERS, KEEPS_OUTPUTS), needs_human=True),
     attack("hides-in-place", "patches zip and Tensor.clone to hide an in-place change",

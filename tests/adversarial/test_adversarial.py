@@ -9,7 +9,8 @@ import pytest
 from attacks import ATTACKS, MARKER
 from suite import Summary, fingerprint, run_suite, surviving_processes
 
-pytestmark = [pytest.mark.adversarial, pytest.mark.slow]
+# the suite itself (the first test that needs `summary` runs it) took 136 s on 2 cores
+pytestmark = [pytest.mark.adversarial, pytest.mark.slow, pytest.mark.timeout(600)]
 BY_NAME = {attack.student: attack for attack in ATTACKS}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.servers import free_port
+from helpers.servers import TOKEN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -32,7 +32,6 @@ CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1280, "height": 900}
-TOKEN = "attention-course-browser-test"
 SCREENSHOT_DIR: list[Path] = []  # set once screenshots are taken, reported at the end
 
 

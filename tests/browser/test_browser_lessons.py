@@ -8,10 +8,16 @@ import shutil
 
 import nbformat
 import pytest
-from lab_pages import Notebook, close_all_tabs, hide_file_browser, move_slider, wait_until_booted
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect
 
+from helpers.lab_pages import (
+    Notebook,
+    close_all_tabs,
+    hide_file_browser,
+    move_slider,
+    wait_until_booted,
+)
 from helpers.notebooks import NOTEBOOKS, answered, lessons, read
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -9,15 +9,15 @@ import csv
 import re
 
 import pytest
-from conftest import TOKEN
-from lab_pages import hide_file_browser, open_menu_item
 from playwright.sync_api import expect
 
 from grader import cli
 from grader.demo import student_id, submission_file
 from grader.workspace import Workspace
 from helpers import gradebook
+from helpers.lab_pages import hide_file_browser, open_menu_item
 from helpers.notebooks import lessons
+from helpers.servers import TOKEN
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LESSONS = {2: "02_scaled_dot_product", 3: "03_masking"}  # lesson number -> lesson
@@ -26,19 +26,14 @@ STUDENTS = [student_id(index) for index in range(1, 10)]  # the smallest demo cl
 
 
 @pytest.fixture(scope="module")
-def demo_class(tmp_path_factory) -> Workspace:
+def demo_class(graded_class) -> Workspace:
     """The demo class's submissions of lessons 02 and 03, in submitted/ as collect writes them
     (its own tests show how it gets there), graded."""
-    workspace = Workspace(tmp_path_factory.mktemp("demo") / "course")
-    for number, lesson in LESSONS.items():
-        for index, student in enumerate(STUDENTS, start=1):
-            _, data, _ = submission_file(index, lesson, number)
-            folder = workspace.submitted / student / lesson
-            folder.mkdir(parents=True)
-            (folder / f"{lesson}.ipynb").write_bytes(data)
-    assert cli.main(["--workspace", str(workspace.root), "grade", "--workers", "2",
-                     "--cell-timeout", "60"]) == 0
-    return workspace
+    submitted = {(student, lesson): (submission_file(index, lesson, number)[1], None)
+                 for number, lesson in LESSONS.items()
+                 for index, student in enumerate(STUDENTS, start=1)}
+    return graded_class("demo", submitted=submitted,
+                        grade=("--workers", "2", "--cell-timeout", "60"))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ notebook is executed once per environment.)
 
 Not collected by the main suite, whose environment has ipywidgets 8 (where the browser tests
 check the same widgets on the page): `make test` builds that environment (.venv-colab), and
-tests/test_colab_pinned.py runs this file in it:
+tests/colab/test_colab_pinned.py runs this file in it:
 
     .venv-colab/bin/python -m pytest -o addopts= --noconftest tests/colab/lessons.py
 """
@@ -29,12 +29,27 @@ from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers.notebooks import NOTEBOOKS, SOLUTIONS, Client, answered, check_cells  # noqa: E402
+from helpers.notebooks import (  # noqa: E402
+    NOTEBOOKS,
+    SOLUTIONS,
+    Client,
+    answered,
+    check_cells,
+    read,
+)
 
 PINS = Path(__file__).with_name("constraints.txt")
 LESSONS = ids()
-WITH_PROGRESS_BARS = [lesson for lesson in LESSONS if re.search(
-    r"\btqdm\(", (SOLUTIONS / lesson / f"{lesson}.ipynb").read_text())]
+# A progress bar: the given training loop's (train(...), unless progress=False), or tqdm's.
+PROGRESS_BAR = re.compile(r"(?<![.\w])train\((?![^)]*progress=False)|\btqdm\b")
+
+
+def shows_a_progress_bar(lesson: str) -> bool:
+    return any(PROGRESS_BAR.search(cell.source) for cell in read(SOLUTIONS, lesson).cells
+               if cell.cell_type == "code")
+
+
+WITH_PROGRESS_BARS = [lesson for lesson in LESSONS if shows_a_progress_bar(lesson)]
 CELL_TIMEOUT_S = 120  # nbgrader's per-cell limit in the course
 # Lessons run two at a time, each kernel on one torch thread, so both cores are used and
 # neither kernel's parallel steps wait for a core the other one holds; one at a time where the

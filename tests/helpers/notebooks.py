@@ -12,6 +12,11 @@ from attention_course.lessons import ids
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+# The lessons written in the exercise format of notebooks/test_hints.py (staged hints and a
+# header line; a "Predict first" question). A lesson joins the list once its notebook follows it.
+LESSONS_WITH_STAGED_HINTS = ("01_embeddings", "02_scaled_dot_product", "03_masking",
+                             "04_multi_head", "05_copy_task",
+                             "06_rotary_positions", "07_inference_and_scale")
 
 
 def lessons() -> list[str]:

@@ -2,6 +2,8 @@
 
 import socket
 
+TOKEN = "attention-course-browser-test"  # the token of every JupyterLab server the tests start
+
 
 def free_port() -> int:
     """A loopback port nothing listens on right now."""

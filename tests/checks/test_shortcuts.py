@@ -1,0 +1,63 @@
+"""Shortcuts are refused in every lesson: calling the exercise's own reference, or the PyTorch
+built-in it re-implements (or, for lesson 07, the course's attention in one piece). Functions of
+earlier lessons (and earlier exercises) stay allowed."""
+
+import pytest
+import torch
+
+from attention_course import attention
+from helpers.answers import BUILT_INS, CALLING_THE_REFERENCE, REFERENCES
+from helpers.answers.lesson02 import NEG_INF, additive
+from helpers.answers.lesson04 import MHAFromEarlierLessons
+from helpers.answers.lesson05 import AttentionLayerByCourseMask
+from helpers.checking import CHECK_NAMES, check_of, failure
+
+SHORTCUT = "Shortcut refused"
+
+
+def calling(reference):
+    def student(*args, **kwargs):
+        return reference(*args, **kwargs)
+    return student
+
+
+@pytest.mark.parametrize("name", CHECK_NAMES)
+def test_calling_the_reference_is_refused(name):
+    student = CALLING_THE_REFERENCE.get(name) or calling(REFERENCES[name])
+    message = failure(check_of(name), student)
+    assert SHORTCUT in message
+    assert REFERENCES[name].__qualname__ in message
+
+
+# ---------------------------------------------------------------- built-ins, whole matrices
+
+@pytest.mark.parametrize(("name", "student"), [
+    pytest.param(name, student, id=f"{name}-{label}")
+    for name, students in BUILT_INS.items() for label, student in students.items()])
+def test_calling_the_built_in_is_refused(name, student):
+    assert SHORTCUT in failure(check_of(name), student)
+
+
+# ---------------------------------------------------------------- earlier lessons are allowed
+
+def masked_attention_from_lesson_02(query, key, value, attn_mask=None, is_causal=False,
+                                    scale=None):
+    scores = attention.attention_scores(query, key, scale)
+    T, S = scores.shape[-2:]
+    if is_causal:
+        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), NEG_INF)
+    if attn_mask is not None:
+        scores = scores + additive(attn_mask, scores.dtype)
+    empty = scores.isneginf().all(dim=-1, keepdim=True)
+    weights = attention.softmax(scores.masked_fill(empty, 0.0)).masked_fill(empty, 0.0)
+    return weights @ value, weights
+
+
+@pytest.mark.parametrize(("name", "student"), [
+    ("masked_attention", masked_attention_from_lesson_02),
+    ("multi_head_attention", MHAFromEarlierLessons),
+    ("causal_self_attention", AttentionLayerByCourseMask),  # lessons 03 and 04
+])
+def test_earlier_lessons_are_allowed(name, student, capsys):
+    check_of(name)(student)
+    assert capsys.readouterr().out.startswith("ok:")

@@ -1,0 +1,380 @@
+"""Lesson 06's answers as students write them: the class a student starts from, three correct
+styles per exercise, a shortcut, and answers with a catalogued mistake (some recognised by a
+sign), every one of the lesson's own mistakes written by hand."""
+
+import math
+
+import torch
+
+from attention_course import attention, multihead, rope
+
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------- rotary_angles
+
+def angles_by_outer(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    inverse_frequencies = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=dtype,
+                                                      device=device) / d_head)
+    return torch.outer(torch.arange(seq_len, dtype=dtype, device=device), inverse_frequencies)
+
+
+def angles_by_loops(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    rows = [[t / math.pow(base, 2 * i / d_head) for i in range(d_head // 2)]
+            for t in range(seq_len)]
+    return torch.tensor(rows, dtype=dtype, device=device).reshape(seq_len, d_head // 2)
+
+
+def angles_by_exp_log(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    i = torch.arange(d_head // 2, dtype=torch.float64, device=device)
+    speeds = torch.exp(-math.log(base) * 2 * i / d_head)  # (D/2,)
+    positions = torch.arange(seq_len, dtype=torch.float64, device=device).unsqueeze(1)
+    return (positions * speeds).to(dtype)
+
+
+# ---------------------------------------------------------------- apply_rotary
+
+def rotate_by_rotate_half(x, angles):
+    """Hugging Face's formula: x * cos + rotate_half(x) * sin, tables widened to (T, D)."""
+    def rotate_half(v):
+        v1, v2 = v.chunk(2, dim=-1)
+        return torch.cat((-v2, v1), dim=-1)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1)  # (T, D)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1)
+    return x * cos + rotate_half(x) * sin
+
+
+def rotate_by_complex_numbers(x, angles):
+    """Pair i as the complex number x_i + j x_{i+D/2}, turned by multiplying with e^{j a}."""
+    half = x.shape[-1] // 2
+    pairs = torch.complex(x[..., :half], x[..., half:])  # (..., T, D/2)
+    turned = pairs * torch.polar(torch.ones_like(angles), angles)
+    return torch.cat([turned.real, turned.imag], dim=-1)
+
+
+def rotate_by_matrices(x, angles):
+    """A 2 x 2 rotation matrix per position and pair, applied with einsum."""
+    c, s = torch.cos(angles), torch.sin(angles)
+    matrices = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (T,P,2,2)
+    half = x.shape[-1] // 2
+    pairs = torch.stack([x[..., :half], x[..., half:]], dim=-1)  # (..., T, P, 2)
+    turned = torch.einsum("tpij,...tpj->...tpi", matrices, pairs)
+    return torch.cat([turned[..., 0], turned[..., 1]], dim=-1)
+
+
+# ---------------------------------------------------------------- RotaryMultiHeadAttention
+
+class StudentRotaryMHA(multihead.MultiHeadAttention):
+    """The class as the notebook gives it: constructor written, forward to write."""
+
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True, base=10000.0):
+        super().__init__(d_model, n_heads, dropout, bias)
+        self.base = base
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        raise NotImplementedError()
+
+
+def _heads(module, query, key, value):
+    return (multihead.split_heads(p(x), module.n_heads) for p, x in
+            ((module.q_proj, query), (module.k_proj, key), (module.v_proj, value)))
+
+
+class RotaryFromEarlierLessons(StudentRotaryMHA):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = _heads(self, query, key, value)
+        q = rotate_by_rotate_half(q, angles_by_outer(q.shape[-2], self.d_head, base=self.base,
+                                                     dtype=q.dtype))
+        k = rotate_by_rotate_half(k, angles_by_outer(k.shape[-2], self.d_head, base=self.base,
+                                                     dtype=k.dtype))
+        out, weights = attention.scaled_dot_product_attention(
+            q, k, v, attn_mask, self.dropout if self.training else 0.0, is_causal)
+        return self.out_proj(multihead.merge_heads(out)), weights
+
+
+class RotaryByEinsum(StudentRotaryMHA):
+    """Heads as (B, T, H, D), scores by einsum, masks and empty rows by hand, angles in
+    float64 then cast."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        H, D = self.n_heads, self.d_head
+        q, k, v = (p(x).unflatten(-1, (H, D)) for p, x in
+                   ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        T, S = q.shape[1], k.shape[1]
+        q = rotate_by_complex_numbers(q.transpose(1, 2), angles_by_exp_log(
+            T, D, base=self.base, dtype=torch.float64).to(q.dtype))  # (B, H, T, D)
+        k = rotate_by_complex_numbers(k.transpose(1, 2), angles_by_exp_log(
+            S, D, base=self.base, dtype=torch.float64).to(k.dtype))
+        scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(D)
+        if is_causal:
+            scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), NEG_INF)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, NEG_INF)
+        elif attn_mask is not None:
+            scores = scores + attn_mask
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        out = torch.einsum("bhts,bshd->bthd", weights, v).flatten(-2)
+        return self.out_proj(out), weights
+
+
+class RotaryPerHead(StudentRotaryMHA):
+    """One head at a time, with each head's slice of the projections' weights."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        outs, all_weights = [], []
+        q_all, k_all, v_all = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        for h in range(self.n_heads):
+            part = slice(h * self.d_head, (h + 1) * self.d_head)
+            q, k, v = q_all[..., part], k_all[..., part], v_all[..., part]  # (B, T|S, D)
+            q = rotate_by_matrices(q, angles_by_loops(q.shape[-2], self.d_head, base=self.base,
+                                                      dtype=q.dtype))
+            k = rotate_by_matrices(k, angles_by_loops(k.shape[-2], self.d_head, base=self.base,
+                                                      dtype=k.dtype))
+            out, weights = attention.scaled_dot_product_attention(
+                q, k, v, None if attn_mask is None else attn_mask.squeeze(1) if
+                attn_mask.dim() == 4 else attn_mask, is_causal=is_causal)
+            outs.append(out)
+            all_weights.append(weights)
+        return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(all_weights, dim=1)
+
+
+class RotaryCallingTheReference(StudentRotaryMHA):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return rope.RotaryMultiHeadAttention.forward(self, query, key, value, attn_mask,
+                                                     is_causal)
+
+
+CORRECT = {
+    "rotary_angles": [angles_by_outer, angles_by_loops, angles_by_exp_log],
+    "apply_rotary": [rotate_by_rotate_half, rotate_by_complex_numbers, rotate_by_matrices],
+    "rotary_multi_head_attention": [RotaryFromEarlierLessons, RotaryByEinsum, RotaryPerHead],
+}
+REFERENCES = {
+    "rotary_angles": rope.rotary_angles,
+    "apply_rotary": rope.apply_rotary,
+    "rotary_multi_head_attention": rope.RotaryMultiHeadAttention.forward,
+}
+PRINTED_NAME = {"rotary_multi_head_attention": "RotaryMultiHeadAttention.forward"}
+# the stub a student starts from, where it is a class with a given constructor
+STUBS = {"rotary_multi_head_attention": StudentRotaryMHA}
+CALLING_THE_REFERENCE = {"rotary_multi_head_attention": RotaryCallingTheReference}
+
+
+# ---------------------------------------------------------------- catalogued mistakes
+
+def angles_for_every_dimension(seq_len, d_head, *, base=10000.0, device=None,
+                               dtype=torch.float32):
+    """The (T, D) table Hugging Face's LLaMA builds for its formula, returned as the angles."""
+    angles = angles_by_outer(seq_len, d_head, base=base, device=device, dtype=dtype)
+    return torch.cat((angles, angles), dim=-1)
+
+
+def angles_with_i(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    i = torch.arange(d_head // 2, dtype=dtype, device=device)
+    return torch.arange(seq_len, dtype=dtype, device=device)[:, None] / base ** (i / d_head)
+
+
+def angles_from_one(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    positions = torch.arange(1, seq_len + 1, dtype=dtype, device=device)
+    return torch.outer(positions, base ** (-torch.arange(0, d_head, 2, dtype=dtype) / d_head))
+
+
+def angles_with_10000(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    return angles_by_outer(seq_len, d_head, device=device, dtype=dtype)
+
+
+def angles_with_2i_twice(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    two_i = torch.arange(0, d_head, 2, dtype=dtype, device=device)  # already 0, 2, 4, ...
+    return torch.arange(seq_len, dtype=dtype, device=device)[:, None] / base ** (
+        2 * two_i / d_head)
+
+
+def angles_multiplied(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    two_i = torch.arange(0, d_head, 2, dtype=dtype, device=device)
+    return torch.arange(seq_len, dtype=dtype, device=device)[:, None] * base ** (two_i / d_head)
+
+
+def rotate_interleaved_as_complex(x, angles):
+    """Meta's original LLaMA code: neighbours (2i, 2i+1) viewed as one complex number."""
+    pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+    turned = torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles))
+    return turned.flatten(-2)
+
+
+def rotate_half_with_repeated_tables(x, angles):
+    """rotate_half pairs the halves, but each angle is repeated for neighbours."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def rotate_every_two_with_half_tables(x, angles):
+    """GPT-J's rotate_every_two with tables widened for half-split pairs."""
+    turned = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1)
+    return x * cos + turned * sin
+
+
+def rotate_with_sin_and_cos_swapped(x, angles):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = angles.sin(), angles.cos()
+    return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
+
+
+def rotate_clockwise(x, angles):
+    x1, x2 = x.chunk(2, dim=-1)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1)
+    return x * cos + torch.cat((x2, -x1), dim=-1) * sin
+
+
+class RotaryHandWritten(StudentRotaryMHA):
+    """A student's forward; the subclasses below each change one step of it."""
+
+    def angles(self, n, dtype):
+        return angles_by_outer(n, self.d_head, base=self.base, dtype=dtype)
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.rotated(*_heads(self, query, key, value))
+        out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask,
+                                                              is_causal=is_causal)
+        return self.out_proj(multihead.merge_heads(out)), weights
+
+    def rotated(self, q, k, v):
+        return (rotate_by_rotate_half(q, self.angles(q.shape[-2], q.dtype)),
+                rotate_by_rotate_half(k, self.angles(k.shape[-2], k.dtype)), v)
+
+
+class RotaryRotatingValues(RotaryHandWritten):
+    def rotated(self, q, k, v):
+        q, k, v = super().rotated(q, k, v)
+        return q, k, rotate_by_rotate_half(v, self.angles(v.shape[-2], v.dtype))
+
+
+class RotaryRotatingQueriesOnly(RotaryHandWritten):
+    def rotated(self, q, k, v):
+        return rotate_by_rotate_half(q, self.angles(q.shape[-2], q.dtype)), k, v
+
+
+class RotaryRotatingScores(RotaryHandWritten):
+    """Scores by hand, scaled, then rotated as if each row were a vector of pairs."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = _heads(self, query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, S)
+        T, S = scores.shape[-2:]
+        scores = rotate_by_rotate_half(scores, angles_by_outer(T, S, base=self.base,
+                                                               dtype=scores.dtype))
+        if is_causal:
+            scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), NEG_INF)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, NEG_INF)
+        elif attn_mask is not None:
+            scores = scores + attn_mask
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return self.out_proj(multihead.merge_heads(weights @ v)), weights
+
+
+class RotaryRotatingTheWeights(RotaryHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = _heads(self, query, key, value)
+        _, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask,
+                                                            is_causal=is_causal)
+        T, S = weights.shape[-2:]
+        weights = rotate_by_rotate_half(weights, angles_by_outer(T, S, base=self.base,
+                                                                 dtype=weights.dtype))
+        return self.out_proj(multihead.merge_heads(weights @ v)), weights
+
+
+class RotaryRotatingTheOutput(RotaryHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = _heads(self, query, key, value)
+        out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask,
+                                                              is_causal=is_causal)
+        out = rotate_by_rotate_half(out, self.angles(out.shape[-2], out.dtype))
+        return self.out_proj(multihead.merge_heads(out)), weights
+
+
+class RotaryBeforeTheSplit(RotaryHandWritten):
+    """The (B, T, C) projections rotated as one vector of C / 2 pairs, then split."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        q = rotate_by_rotate_half(q, angles_by_outer(q.shape[-2], self.d_model,
+                                                     base=self.base, dtype=q.dtype))
+        k = rotate_by_rotate_half(k, angles_by_outer(k.shape[-2], self.d_model,
+                                                     base=self.base, dtype=k.dtype))
+        q, k, v = (multihead.split_heads(x, self.n_heads) for x in (q, k, v))
+        out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask,
+                                                              is_causal=is_causal)
+        return self.out_proj(multihead.merge_heads(out)), weights
+
+
+class RotaryWithModelWidthSpeeds(RotaryHandWritten):
+    def angles(self, n, dtype):
+        two_i = torch.arange(0, self.d_head, 2, dtype=dtype)
+        return torch.arange(n, dtype=dtype)[:, None] / self.base ** (two_i / self.d_model)
+
+
+class RotaryWithFloat32Angles(RotaryHandWritten):
+    def angles(self, n, dtype):
+        return angles_by_outer(n, self.d_head, base=self.base)
+
+
+class RotaryWithDefaultBase(RotaryHandWritten):
+    def angles(self, n, dtype):
+        return angles_by_outer(n, self.d_head, dtype=dtype)
+
+
+class RotaryDroppingOutInEvalMode(RotaryHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.rotated(*_heads(self, query, key, value))
+        out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask, self.dropout,
+                                                              is_causal)
+        return self.out_proj(multihead.merge_heads(out)), weights
+
+
+# mistakes recognised from the outputs (a sign), not from a variant: one example each
+SIGN_EXAMPLES = {
+    ("rotary_angles", "one angle per dimension instead of one per pair"): {
+        "Hugging Face's (T, D) table": angles_for_every_dimension},
+    ("rotary_multi_head_attention", "dropout applied in eval mode"): {
+        "dropout_p=self.dropout": RotaryDroppingOutInEvalMode},
+}
+
+MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
+    angles_for_every_dimension: ("rotary_angles",
+                                 ["one angle per dimension instead of one per pair"]),
+    angles_with_i: ("rotary_angles", ["exponent uses i instead of 2i (base^(i/D))"]),
+    angles_with_2i_twice: ("rotary_angles", ["the 2 of 2i counted twice (exponent 4i / D)"]),
+    angles_from_one: ("rotary_angles", ["positions counted from 1"]),
+    angles_with_10000: ("rotary_angles", ["ignores the base argument"]),
+    angles_multiplied: ("rotary_angles", ["frequency inverted (t * base^(2i/D))"]),
+    rotate_interleaved_as_complex: (
+        "apply_rotary", ["interleaved pairs (2i, 2i+1) instead of half-split pairs (i, i + D/2)"]),
+    rotate_half_with_repeated_tables: (
+        "apply_rotary", ["angles laid out for interleaved pairs while the pairs are half-split"]),
+    rotate_every_two_with_half_tables: (
+        "apply_rotary", ["angles laid out half-split while the pairs are interleaved"]),
+    rotate_with_sin_and_cos_swapped: ("apply_rotary", ["sin and cos swapped"]),
+    rotate_clockwise: ("apply_rotary",
+                       ["rotation in the wrong direction (the sign of sin flipped)"]),
+    RotaryRotatingValues: ("rotary_multi_head_attention", ["rotation applied to the values too"]),
+    RotaryRotatingQueriesOnly: ("rotary_multi_head_attention", ["keys not rotated"]),
+    RotaryRotatingScores: ("rotary_multi_head_attention",
+                           ["rotation applied to the scores instead of the queries and keys"]),
+    RotaryRotatingTheWeights: ("rotary_multi_head_attention",
+                               ["rotation applied to the weights after the softmax"]),
+    RotaryRotatingTheOutput: (
+        "rotary_multi_head_attention",
+        ["rotation applied to the attention output instead of the queries and keys"]),
+    RotaryBeforeTheSplit: ("rotary_multi_head_attention",
+                           ["rotation over the model width before the heads are split"]),
+    RotaryWithModelWidthSpeeds: ("rotary_multi_head_attention",
+                                 ["angles from the model width instead of the head width"]),
+    RotaryWithFloat32Angles: ("rotary_multi_head_attention",
+                              ["angles computed in float32 for float64 inputs"]),
+    RotaryWithDefaultBase: ("rotary_multi_head_attention", ["ignores self.base"]),
+}

@@ -1,0 +1,402 @@
+"""Lesson 07's answers as students write them: three correct styles per exercise, shortcuts,
+answers with a catalogued mistake, and slips that raise."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from attention_course import attention, inference, tiled
+from attention_course.checks import lesson07
+from helpers.inputs import bottom_right
+
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------- cached attention
+
+def cached_by_manual_softmax(query, key, value, past_key=None, past_value=None):
+    if past_key is not None:
+        key = torch.cat((past_key, key), dim=-2)
+        value = torch.cat((past_value, value), dim=-2)
+    T, S = query.shape[-2], key.shape[-2]
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    future = torch.ones(T, S, dtype=torch.bool).triu(S - T + 1)
+    weights = torch.softmax(scores.masked_fill(future, NEG_INF), dim=-1)
+    return weights @ value, key, value
+
+
+def cached_with_the_course_attention(query, key, value, past_key=None, past_value=None):
+    """An empty cache as a zero-length tensor; lesson 03's attention with a bool mask."""
+    if past_key is None:
+        past_key, past_value = key[..., :0, :], value[..., :0, :]
+    keys = torch.cat([past_key, key], -2)
+    values = torch.cat([past_value, value], -2)
+    P, T = past_key.shape[-2], query.shape[-2]
+    query_at = torch.arange(T)[:, None] + P  # (T, 1)
+    key_at = torch.arange(P + T)[None, :]  # (1, S)
+    out, _ = attention.scaled_dot_product_attention(query, keys, values,
+                                                    attn_mask=key_at <= query_at)
+    return out, keys, values
+
+
+def cached_by_einsum_in_float64(query, key, value, past_key=None, past_value=None):
+    keys = key if past_key is None else torch.cat([past_key, key], dim=-2)
+    values = value if past_value is None else torch.cat([past_value, value], dim=-2)
+    q, k, v = query.double(), keys.double(), values.double()
+    T, S = q.shape[-2], k.shape[-2]
+    scores = torch.einsum("...td,...sd->...ts", q, k) * q.shape[-1] ** -0.5
+    bias = torch.zeros(T, S, dtype=torch.float64).masked_fill(
+        torch.arange(S) > torch.arange(S - T, S)[:, None], NEG_INF)
+    weights = (scores + bias).softmax(-1)
+    return torch.einsum("...ts,...sv->...tv", weights, v).to(query.dtype), keys, values
+
+
+# ---------------------------------------------------------------- grouped-query attention
+
+def gqa_by_repeat_interleave(query, key, value, is_causal=False, scale=None):
+    group = query.shape[-3] // key.shape[-3]
+    k = key.repeat_interleave(group, dim=-3)
+    v = value.repeat_interleave(group, dim=-3)
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ k.transpose(-2, -1) * scale
+    if is_causal:
+        T, S = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril().logical_not(),
+                                    NEG_INF)
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def gqa_by_a_group_axis(query, key, value, is_causal=False, scale=None):
+    """No copies of the keys: (..., H, T, D) -> (..., G, H/G, T, D) against (..., G, 1, S, D)."""
+    *batch, H, T, D = query.shape
+    G = key.shape[-3]
+    q = query.reshape(*batch, G, H // G, T, D)
+    k, v = key.unsqueeze(-3), value.unsqueeze(-3)
+    out, weights = attention.scaled_dot_product_attention(q, k, v, is_causal=is_causal,
+                                                          scale=scale)
+    return out.flatten(-4, -3), weights.flatten(-4, -3)
+
+
+def gqa_by_indexing_heads(query, key, value, is_causal=False, scale=None):
+    H, G = query.shape[-3], key.shape[-3]
+    serves = torch.arange(H) // (H // G)  # the key/value head of every query head
+    k, v = key[..., serves, :, :], value[..., serves, :, :]
+    return attention.scaled_dot_product_attention(query, k, v, is_causal=is_causal, scale=scale)
+
+
+# ---------------------------------------------------------------- tiled attention
+
+def tiled_by_running_max(query, key, value, is_causal=False, scale=None, block_size=64):
+    T, S = query.shape[-2], key.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    m = l = acc = None
+    for start in range(0, S, block_size):
+        k = key[..., start:start + block_size, :]
+        v = value[..., start:start + block_size, :]
+        scores = query @ k.transpose(-2, -1) * scale
+        if is_causal:
+            hidden = (torch.arange(k.shape[-2]) + start)[None, :] > \
+                (torch.arange(T) + S - T)[:, None]
+            scores = scores.masked_fill(hidden, NEG_INF)
+        block_max = scores.amax(-1, keepdim=True)
+        if m is None:
+            m = block_max
+            p = torch.exp(scores - m)
+            l, acc = p.sum(-1, keepdim=True), p @ v
+            continue
+        m_new = torch.maximum(m, block_max)
+        p = torch.exp(scores - m_new)
+        l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+        acc = acc * torch.exp(m - m_new) + p @ v
+        m = m_new
+    return acc / l
+
+
+def tiled_by_log_sum_exp(query, key, value, is_causal=False, scale=None, block_size=64):
+    """Keeps the output normalised after every block, and log(l) + m as one number."""
+    T, S = query.shape[-2], key.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    out = query.new_zeros(*batch, T, value.shape[-1])
+    lse = query.new_full((*batch, T, 1), NEG_INF)
+    rows = torch.arange(S - T, S)[:, None]
+    for k, v, first in zip(key.split(block_size, -2), value.split(block_size, -2),
+                           range(0, S, block_size), strict=True):
+        scores = torch.einsum("...td,...sd->...ts", query, k) * scale
+        if is_causal:
+            scores = torch.where(first + torch.arange(k.shape[-2]) <= rows, scores, NEG_INF)
+        block_lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+        new_lse = torch.logaddexp(lse, block_lse)
+        out = out * torch.exp(lse - new_lse) + torch.exp(scores - new_lse) @ v
+        lse = new_lse
+    return out
+
+
+def tiled_in_query_blocks(query, key, value, is_causal=False, scale=None, block_size=64):
+    """FlashAttention-2's loops: query blocks outside, key blocks inside, results written into
+    a preallocated output."""
+    T, S = query.shape[-2], key.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    out = query.new_empty(*batch, T, value.shape[-1])
+    for q0 in range(0, T, block_size):
+        q = query[..., q0:q0 + block_size, :]
+        n = q.shape[-2]
+        m = q.new_full((*batch, n, 1), NEG_INF)
+        l = q.new_zeros((*batch, n, 1))
+        acc = q.new_zeros((*batch, n, value.shape[-1]))
+        for k0 in range(0, S, block_size):
+            k, v = key[..., k0:k0 + block_size, :], value[..., k0:k0 + block_size, :]
+            scores = q @ k.transpose(-2, -1) * scale
+            if is_causal:
+                query_at = torch.arange(q0, q0 + n)[:, None] + (S - T)
+                scores = scores.masked_fill(torch.arange(k0, k0 + k.shape[-2]) > query_at,
+                                            NEG_INF)
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            alpha = torch.exp(m - m_new)
+            p = torch.exp(scores - m_new)
+            l = alpha * l + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v
+            m = m_new
+        out[..., q0:q0 + n, :] = acc / l
+    return out
+
+
+CORRECT = {
+    "cached_attention": [cached_by_manual_softmax, cached_with_the_course_attention,
+                         cached_by_einsum_in_float64],
+    "grouped_query_attention": [gqa_by_repeat_interleave, gqa_by_a_group_axis,
+                                gqa_by_indexing_heads],
+    "tiled_attention": [tiled_by_running_max, tiled_by_log_sum_exp, tiled_in_query_blocks],
+}
+REFERENCES = {
+    "cached_attention": inference.cached_attention,
+    "grouped_query_attention": inference.grouped_query_attention,
+    "tiled_attention": tiled.tiled_attention,
+}
+
+
+# ---------------------------------------------------------------- shortcuts
+
+def cached_by_torch(query, key, value, past_key=None, past_value=None):
+    if past_key is not None:
+        key, value = torch.cat([past_key, key], -2), torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], key.shape[-2]
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=bottom_right(T, S)), \
+        key, value
+
+
+def gqa_by_torch(query, key, value, is_causal=False, scale=None):
+    out = F.scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale,
+                                         enable_gqa=True)
+    return out, gqa_by_repeat_interleave(query, key, value, is_causal, scale)[1]
+
+
+def tiled_by_torch(query, key, value, is_causal=False, scale=None, block_size=64):
+    T, S = query.shape[-2], key.shape[-2]
+    return F.scaled_dot_product_attention(query, key, value, scale=scale,
+                                          attn_mask=bottom_right(T, S) if is_causal else None)
+
+
+def tiled_by_the_course(query, key, value, is_causal=False, scale=None, block_size=64):
+    T, S = query.shape[-2], key.shape[-2]
+    mask = bottom_right(T, S) if is_causal else None
+    return attention.scaled_dot_product_attention(query, key, value, mask, scale=scale)[0]
+
+
+def tiled_in_query_blocks_of_the_reference(query, key, value, is_causal=False, scale=None,
+                                           block_size=64):
+    return tiled.flash_attention(query, key, value, is_causal, scale, block_size)
+
+
+BUILT_INS = {  # exercise: {what the student called: their answer}, the course's own included
+    "cached_attention": {"F.scaled_dot_product_attention": cached_by_torch},
+    "grouped_query_attention": {"F.scaled_dot_product_attention(enable_gqa=True)": gqa_by_torch},
+    "tiled_attention": {"F.scaled_dot_product_attention": tiled_by_torch,
+                        "attention.scaled_dot_product_attention": tiled_by_the_course,
+                        "tiled.flash_attention": tiled_in_query_blocks_of_the_reference},
+}
+
+
+# ---------------------------------------------------------------- catalogued mistakes
+
+def cached_new_keys_first(query, key, value, past_key=None, past_value=None):
+    if past_key is not None:
+        key, value = torch.cat([key, past_key], -2), torch.cat([value, past_value], -2)
+    T, S = query.shape[-2], key.shape[-2]
+    out, _ = attention.scaled_dot_product_attention(query, key, value,
+                                                    attn_mask=bottom_right(T, S))
+    return out, key, value
+
+
+def cached_with_is_causal(query, key, value, past_key=None, past_value=None):
+    if past_key is not None:
+        key, value = torch.cat([past_key, key], -2), torch.cat([past_value, value], -2)
+    out, _ = attention.scaled_dot_product_attention(query, key, value, is_causal=True)
+    return out, key, value
+
+
+def cached_position_after_appending(query, key, value, past_key=None, past_value=None):
+    """Counts the new tokens from the cache's length after appending: they see everything."""
+    if past_key is not None:
+        key, value = torch.cat([past_key, key], -2), torch.cat([past_value, value], -2)
+    P = key.shape[-2]  # meant to be the cache's length before appending
+    T, S = query.shape[-2], key.shape[-2]
+    allowed = torch.arange(S) <= (torch.arange(T) + P)[:, None]
+    out, _ = attention.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+    return out, key, value
+
+
+def cached_position_one_late(query, key, value, past_key=None, past_value=None):
+    P = 0 if past_key is None else past_key.shape[-2]
+    if past_key is not None:
+        key, value = torch.cat([past_key, key], -2), torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], key.shape[-2]
+    allowed = torch.arange(S) <= (torch.arange(1, T + 1) + P)[:, None]  # positions from 1
+    out, _ = attention.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+    return out, key, value
+
+
+def cached_returning_the_new_keys(query, key, value, past_key=None, past_value=None):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    out, _ = attention.scaled_dot_product_attention(query, keys, values,
+                                                    attn_mask=bottom_right(T, S))
+    return out, key, value
+
+
+def gqa_by_repeat(query, key, value, is_causal=False, scale=None):
+    group = query.shape[-3] // key.shape[-3]
+    repeats = [1] * (key.ndim - 3) + [group, 1, 1]
+    return attention.scaled_dot_product_attention(query, key.repeat(*repeats),
+                                                  value.repeat(*repeats), is_causal=is_causal,
+                                                  scale=scale)
+
+
+def gqa_by_expanding_the_wrong_axis(query, key, value, is_causal=False, scale=None):
+    *batch, G, S, D = key.shape
+    H = query.shape[-3]
+    k = key.unsqueeze(-4).expand(*batch, H // G, G, S, D).reshape(*batch, H, S, D)
+    v = value.unsqueeze(-4).expand(*batch, H // G, G, S, -1).reshape(*batch, H, S, -1)
+    return attention.scaled_dot_product_attention(query, k, v, is_causal=is_causal, scale=scale)
+
+
+def tiled_student(name, *, rescale_output=True, rescale_sum=True, divide=True,
+                  block_positions=False, top_left=False, full_blocks_only=False):
+    """A student's tiled attention, called ``name``, with one of the slips the lesson names."""
+    def tiled_attention(query, key, value, is_causal=False, scale=None, block_size=64):
+        T, S = query.shape[-2], key.shape[-2]
+        scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+        m = torch.full_like(query[..., :1], NEG_INF)
+        l, acc = torch.zeros_like(m), 0.0
+        stop = S - S % block_size if full_blocks_only else S
+        for start in range(0, stop, block_size):
+            k = key[..., start:start + block_size, :]
+            v = value[..., start:start + block_size, :]
+            scores = query @ k.transpose(-2, -1) * scale
+            if is_causal:
+                first = 0 if block_positions else start
+                rows = torch.arange(T) + (0 if top_left else S - T)
+                hidden = torch.arange(first, first + k.shape[-2]) > rows[:, None]
+                scores = scores.masked_fill(hidden, NEG_INF)
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p = torch.exp(scores - m_new)
+            alpha = torch.exp(m - m_new)
+            l = (l * alpha if rescale_sum else l) + p.sum(-1, keepdim=True)
+            acc = (acc * alpha if rescale_output else acc) + p @ v
+            m = m_new
+        return acc / l if divide else acc
+    tiled_attention.__name__ = name
+    return tiled_attention
+
+
+MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
+    cached_new_keys_first: ("cached_attention", [lesson07.CACHE_WRONG_ORDER.name]),
+    cached_with_is_causal: ("cached_attention", [lesson07.MASK_TOP_LEFT.name]),
+    cached_position_after_appending: ("cached_attention", [lesson07.NEW_TOKENS_UNMASKED.name]),
+    cached_position_one_late: ("cached_attention", [lesson07.POSITIONS_ONE_LATE.name]),
+    cached_returning_the_new_keys: ("cached_attention", [lesson07.RETURNED_NEW_ONLY.name]),
+    gqa_by_repeat: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
+    gqa_by_expanding_the_wrong_axis: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
+    **{tiled_student(f"tiled_{slip}", **{slip: value}): ("tiled_attention", [name])
+       for slip, value, name in [
+           ("rescale_output", False, "running max not used to rescale the accumulated output"),
+           ("rescale_sum", False, "normaliser not rescaled"),
+           ("divide", False, "final division missing"),
+           ("block_positions", True, "causal mask built from the positions inside the block"),
+           ("top_left", True,
+            "causal mask aligned top-left (queries placed at positions 0 .. T-1)"),
+           ("full_blocks_only", True, "last, shorter block of keys left out")]},
+}
+
+
+# ---------------------------------------------------------------- slips that raise
+
+def cached_appending_on_the_heads(query, key, value, past_key=None, past_value=None):
+    if past_key is not None:
+        key, value = torch.cat([past_key, key], dim=1), torch.cat([past_value, value], dim=1)
+    T, S = query.shape[-2], key.shape[-2]
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    return attention.scaled_dot_product_attention(query, key, value, attn_mask=allowed)[0], \
+        key, value
+
+
+def cached_appending_features(query, key, value, past_key=None, past_value=None):
+    if past_key is not None:
+        key, value = torch.cat([past_key, key], dim=-1), torch.cat([past_value, value], dim=-1)
+    T, S = query.shape[-2], key.shape[-2]
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    return attention.scaled_dot_product_attention(query, key, value, attn_mask=allowed)[0], \
+        key, value
+
+
+def cached_always_appending(query, key, value, past_key=None, past_value=None):
+    key, value = torch.cat([past_key, key], dim=-2), torch.cat([past_value, value], dim=-2)
+    T, S = query.shape[-2], key.shape[-2]
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    return attention.scaled_dot_product_attention(query, key, value, attn_mask=allowed)[0], \
+        key, value
+
+
+def gqa_without_repeating(query, key, value, is_causal=False, scale=None):
+    return attention.scaled_dot_product_attention(query, key, value, is_causal=is_causal,
+                                                  scale=scale)
+
+
+def gqa_repeating_by_the_group_count(query, key, value, is_causal=False, scale=None):
+    G = key.shape[-3]
+    k, v = key.repeat_interleave(G, -3), value.repeat_interleave(G, -3)
+    weights = torch.softmax(query @ k.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
+def tiled_in_one_piece(query, key, value, is_causal=False, scale=None, block_size=64):
+    """Right numbers, but the (T, S) scores are all there at once: no tiling at all."""
+    T, S = query.shape[-2], key.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if is_causal:
+        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(S - T) == 0,
+                                    NEG_INF)
+    return torch.softmax(scores, dim=-1) @ value
+
+
+def cached_on_the_heads(query, key, value, past_key=None, past_value=None):
+    key, value = torch.cat([past_key, key], 1), torch.cat([past_value, value], 1)
+    return cached_by_manual_softmax(query, key, value)
+
+
+SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
+    ("cached_attention", cached_appending_on_the_heads, "cache appended on the wrong axis"),
+    ("cached_attention", cached_appending_features, "cache appended on the wrong axis"),
+    ("cached_attention", cached_always_appending, "an empty cache (None) not handled"),
+    ("cached_attention", cached_on_the_heads, "cache appended on the wrong axis"),
+    ("grouped_query_attention", gqa_without_repeating,
+     "key/value heads not lined up with the query heads"),
+    ("grouped_query_attention", gqa_repeating_by_the_group_count,
+     "key/value heads not lined up with the query heads"),
+    ("tiled_attention", tiled_in_one_piece, "the whole (T, S) score matrix computed at once"),
+]

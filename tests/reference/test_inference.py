@@ -1,0 +1,103 @@
+"""Lesson 07's inference (attention_course.inference): cached decoding writes the tokens of
+uncached decoding, a prompt cached in chunks gives the logits of one pass, the cache shrinks
+with fewer key/value heads, and grouped-query attention is PyTorch's enable_gqa."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_course import inference
+from helpers.inputs import qkv
+
+# ---------------------------------------------------------------- the key/value cache
+
+@pytest.mark.parametrize(("P", "T"), [(0, 6), (5, 1), (3, 3), (1, 5)])
+def test_cached_attention_gives_the_last_rows_of_causal_attention(P, T):
+    q, k, v = qkv(2, 3, P + T, 4, Dv=5)
+    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (2, 3, P + T, 5)
+    cache = (k[..., :P, :], v[..., :P, :]) if P else (None, None)
+    out, keys, values = inference.cached_attention(q[..., P:, :], k[..., P:, :], v[..., P:, :],
+                                                   *cache)
+    assert torch.allclose(out, full[..., P:, :])
+    assert torch.equal(keys, k) and torch.equal(values, v)
+
+
+def full_attention(query, key, value, past_key=None, past_value=None):
+    """No cache: causal attention over the tokens given, with G <= H key/value heads."""
+    group = query.shape[1] // key.shape[1]
+    out = F.scaled_dot_product_attention(query, key.repeat_interleave(group, 1),
+                                         value.repeat_interleave(group, 1), is_causal=True)
+    return out, key, value
+
+
+def grouped(attend):
+    """As in the lesson: a group axis for the query heads, one key/value head per group."""
+    def attend_in_groups(query, key, value, past_key=None, past_value=None):
+        G = key.shape[1]
+        out, keys, values = attend(query.unflatten(1, (G, -1)), key.unsqueeze(2),
+                                   value.unsqueeze(2), past_key, past_value)
+        return out.flatten(1, 2), keys, values
+    return attend_in_groups
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_cached_decoding_writes_the_tokens_of_uncached_decoding(n_kv_heads):
+    torch.manual_seed(0)
+    model = inference.TinyDecoder(n_heads=4, n_kv_heads=n_kv_heads).eval()
+    prompt = torch.randint(0, 64, (3, 5))
+    attend = inference.cached_attention if n_kv_heads == 4 else grouped(
+        inference.cached_attention)
+    uncached, logits_uncached = inference.generate(model, prompt, 20, full_attention,
+                                                   use_cache=False)
+    cached, logits_cached = inference.generate(model, prompt, 20, attend)
+    assert torch.equal(uncached, cached)
+    assert torch.allclose(logits_uncached, logits_cached, atol=1e-5)
+    assert len(set(cached[0].tolist())) > 3  # a sequence worth comparing, not one token
+
+
+def test_a_prompt_cached_in_chunks_gives_the_logits_of_one_pass():
+    torch.manual_seed(0)
+    model = inference.TinyDecoder().eval()
+    tokens = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        whole, _ = model(tokens, full_attention)
+        first, caches = model(tokens[:, :5], inference.cached_attention)
+        second, caches = model(tokens[:, 5:], inference.cached_attention, caches, start=5)
+    assert torch.allclose(torch.cat([first, second], dim=1), whole, atol=1e-5)
+    assert caches[0][0].shape == (2, 4, 12, 16)
+
+
+@pytest.mark.parametrize("G", [8, 2, 1])
+def test_the_cache_shrinks_by_h_over_g(G):
+    torch.manual_seed(0)
+    model = inference.TinyDecoder(d_model=64, n_heads=8, n_kv_heads=G, n_layers=3).eval()
+    with torch.no_grad():
+        _, caches = model(torch.randint(0, 64, (2, 10)), grouped(inference.cached_attention))
+    assert inference.cache_bytes(caches) == 2 * 3 * 2 * 10 * G * 8 * 4  # 2 L B S G D, float32
+
+
+def test_the_decoder_says_what_does_not_fit():
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        inference.TinyDecoder(n_heads=4, n_kv_heads=3)
+    with pytest.raises(ValueError, match="max_len"):
+        inference.TinyDecoder(max_len=8)(torch.zeros(1, 9, dtype=torch.long), full_attention)
+
+
+# ---------------------------------------------------------------- grouped-query attention
+
+@pytest.mark.parametrize(("H", "G"), [(8, 2), (6, 3), (4, 1), (3, 3)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_grouped_query_attention_is_pytorchs_enable_gqa(H, G, is_causal):
+    q, _, _ = qkv(2, H, 6, 4)
+    _, k, v = qkv(2, G, 6, 4, Dv=3, seed=1)
+    out, weights = inference.grouped_query_attention(q, k, v, is_causal=is_causal)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    assert torch.allclose(out, expected)
+    assert weights.shape == (2, H, 6, 6) and torch.allclose(weights.sum(-1), torch.ones(1).double())
+
+
+def test_grouped_query_attention_refuses_groups_that_do_not_divide():
+    q, _, _ = qkv(2, 6, 5, 4)
+    _, k, v = qkv(2, 4, 5, 4)
+    with pytest.raises(ValueError, match="G must divide H"):
+        inference.grouped_query_attention(q, k, v)

@@ -1,0 +1,62 @@
+"""Lesson 05's model (attention_course.model): the decoder takes the block class it is given, is
+causal, and embeds tokens and positions as lesson 01 does."""
+
+import math
+
+import pytest
+import torch
+
+from attention_course.model import DecoderBlock, DecoderOnlyTransformer
+from helpers.copy_task import lesson_model
+from helpers.oracles import assert_close
+
+
+def test_the_model_takes_its_block_class_and_has_no_default():
+    with pytest.raises(TypeError, match="block"):
+        DecoderOnlyTransformer(11, 20)
+    built = []
+
+    class Counting(DecoderBlock):
+        def __init__(self, *args):
+            built.append(args)
+            super().__init__(*args)
+
+    model = DecoderOnlyTransformer(11, 20, block=Counting, d_model=16, n_heads=4, n_layers=2)
+    assert built == [(16, 4, 64, 0.0)] * 2
+    logits, attention = model(torch.zeros(3, 7, dtype=torch.long), return_attention=True)
+    assert logits.shape == (3, 7, 11) and [a.shape for a in attention] == [(3, 4, 7, 7)] * 2
+
+
+def test_the_model_is_causal(gen):
+    model = lesson_model().eval()
+    tokens = torch.randint(11, (2, 12), generator=gen)
+    changed = tokens.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 11
+    with torch.no_grad():
+        moved = (model(changed) - model(tokens)).abs().amax(dim=-1)  # (2, 12)
+    assert (moved[:, :-1] == 0).all() and (moved[:, -1] > 0).all()
+
+
+def test_token_and_position_rows_start_at_the_same_scale():
+    """Lesson 01's balance: sqrt(C) times a token row is about as long as a position row."""
+    torch.manual_seed(0)
+    embed = DecoderOnlyTransformer(1000, 200, block=DecoderBlock, d_model=64).embed
+    tokens = math.sqrt(64) * embed.token.weight.norm(dim=-1).mean()
+    positions = embed.position.norm(dim=-1).mean()
+    assert 0.8 < tokens / positions < 1.25 and 0.8 < positions / math.sqrt(64) < 1.25
+
+
+@pytest.mark.parametrize(("positions", "learned", "zero"), [
+    ("learned", True, False), ("sinusoidal", False, False), ("none", False, True)])
+def test_the_three_kinds_of_positions(positions, learned, zero):
+    embed = lesson_model(positions=positions).embed
+    assert any(p is embed.position for p in embed.parameters()) == learned
+    assert bool((embed.position == 0).all()) == zero
+    with pytest.raises(ValueError, match="positions must be one of"):
+        lesson_model(positions="rotary")
+
+
+def test_without_the_scale_tokens_are_added_as_they_are(gen):
+    embed = lesson_model(scale_tokens=False).embed
+    ids = torch.randint(11, (2, 5), generator=gen)
+    assert_close(embed(ids), embed.token(ids) + embed.position[:5])

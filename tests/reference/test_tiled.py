@@ -1,0 +1,72 @@
+"""Lesson 07's tiled attention (attention_course.tiled): attention in one piece, computed block
+by block in a fraction of the memory, and the peak-memory meter that shows it."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_course import attention, tiled
+from helpers.inputs import bottom_right, qkv
+
+# ---------------------------------------------------------------- tiled attention
+
+@pytest.mark.parametrize(("T", "S"), [(7, 7), (5, 11), (1, 9), (64, 200)])
+@pytest.mark.parametrize("block_size", [1, 3, 64, 500])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tiled_attention_is_attention_in_one_piece(T, S, block_size, is_causal):
+    q, k, v = qkv(2, 3, T, 4, S=S, Dv=6)
+    mask = bottom_right(T, S) if is_causal else None
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    for tiling in (tiled.tiled_attention, tiled.flash_attention):
+        assert torch.allclose(tiling(q, k, v, is_causal, block_size=block_size), expected)
+
+
+def test_tiled_attention_takes_an_explicit_scale_and_huge_scores():
+    q, k, v = qkv(2, 3, 9, 4, dtype=torch.float32)
+    expected = F.scaled_dot_product_attention(1000 * q, k, v, scale=0.5)
+    out = tiled.tiled_attention(1000 * q, k, v, scale=0.5, block_size=2)
+    assert out.isfinite().all() and torch.allclose(out, expected, atol=1e-5)
+
+
+def test_tiled_attention_needs_as_many_keys_as_causal_queries():
+    with pytest.raises(ValueError, match="T <= S"):
+        tiled.tiled_attention(*qkv(1, 1, 5, 4, S=3), is_causal=True)
+
+
+def test_peak_memory_counts_new_tensors_until_they_are_freed_and_views_as_nothing():
+    x = torch.zeros(1000, 250)  # 1 MB, made before: not counted
+
+    def two_in_turn(x):
+        y = x + 1  # 1 MB
+        del y
+        return (x * 2)[:10].clone()  # 1 MB, a view of it, and a copy of its first 10 rows
+
+    def two_at_once(x):
+        y = x + 1
+        return y.T.reshape(-1)[:5] + (x - 1).sum()  # y, a copy by reshape, x - 1: 3 MB
+
+    assert tiled.peak_memory(two_in_turn, x)[1] == 1_000_000 + 10_000
+    assert 3_000_000 <= tiled.peak_memory(two_at_once, x)[1] < 3_000_100
+    assert tiled.peak_memory(lambda x: x.view(-1)[::2], x)[1] == 0
+
+
+def memory(way, T: int) -> int:
+    q, k, v = qkv(1, 4, T, 32, dtype=torch.float32)
+    with torch.no_grad():
+        return tiled.peak_memory(way, q, k, v)[1]
+
+
+def test_tiled_memory_grows_like_t_and_the_naive_one_like_t_squared():
+    def naive(q, k, v):
+        return attention.scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+
+    def tiling(q, k, v):
+        return tiled.tiled_attention(q, k, v, is_causal=True)
+
+    def in_query_blocks(q, k, v):
+        return tiled.flash_attention(q, k, v, is_causal=True)
+
+    assert 3.5 < memory(naive, 512) / memory(naive, 256) < 4.5
+    assert 1.8 < memory(tiling, 512) / memory(tiling, 256) < 2.2
+    assert memory(tiling, 512) < memory(naive, 512) / 5
+    assert memory(in_query_blocks, 512) < 3 * memory(F.scaled_dot_product_attention, 512)

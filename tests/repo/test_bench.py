@@ -1,0 +1,47 @@
+"""`make bench QUICK=1` produces every figure (a smoke test: it never asserts a speed)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers.notebooks import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 140 s measured on 2 cores
+
+
+def test_quick_bench_produces_every_figure(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--quick",
+                    "--out", str(tmp_path)], check=True, capture_output=True, cwd=ROOT)
+    results = json.loads((tmp_path / "results.json").read_text())
+
+    lessons = results["notebooks"]
+    assert lessons["floor_seconds"] > 0 and lessons["lessons"]
+    assert all(row["seconds"] > 0 and row["ratio_to_floor"] > 0 for row in lessons["lessons"])
+    runs = results["copy_task"]["runs"]
+    assert runs and all(run["steps"] > 0 and 0 <= run["accuracy"] <= 1 for run in runs)
+    grading = results["grading"]
+    assert grading["submissions"] >= 1 and grading["identical_points"] is True
+    assert set(grading["per_minute"]) == {"ours", "ours unsandboxed", "stock"}
+    assert all(rate > 0 for rate in grading["per_minute"].values())
+    assert grading["sandbox"] is True and grading["sandbox_cost"] > 0
+    cluster = results["cluster"]
+    assert cluster["submissions"] >= 1 and cluster["identical_points"] is True
+    assert set(cluster["per_minute"]) == {"here", "cluster", "cluster + PostgreSQL"}
+    assert all(rate > 0 for rate in cluster["per_minute"].values())
+    cost = results["attention_cost"]
+    assert {row["implementation"] for row in cost} == {
+        "course attention", "torch sdpa", "course MHA", "torch MHA"}
+    assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in cost)
+    assert len(results["checks"]) >= 18 and all(row["pass_s"] > 0 for row in results["checks"])
+    assert (tmp_path / "attention_cost.png").read_bytes().startswith(b"\x89PNG")
+    lengths = results["rope_lengths"]["summary"]["kinds"]
+    assert set(lengths) == {"none", "sinusoidal", "learned", "rotary"}
+    assert (tmp_path / "rope_lengths.png").read_bytes().startswith(b"\x89PNG")
+    scale = results["inference_and_scale"]
+    assert scale["decoding"] and all(row["same_tokens"] and row["speedup"] > 0
+                                     for row in scale["decoding"])
+    assert {row["implementation"] for row in scale["attention"]} == {
+        "course attention", "tiled_attention", "tiled in query blocks", "torch sdpa"}
+    assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in scale["attention"])
