@@ -21,7 +21,7 @@ import nbformat
 from attention_course import lessons
 
 from .course import ROOT, GradedCellError, graded_cells, lesson_names
-from .records import alembic_head  # noqa: F401 (new gradebooks: no `alembic` process)
+from .records import alembic_head
 
 CONFIG = ROOT / "grader" / "nbgrader_config.py"
 PLACEHOLDERS = ("{{COLAB_URL}}", "{{REPOSITORY}}", "{{BRANCH}}")
@@ -67,6 +67,7 @@ def generate(selected: list[str], out: Path, db_url: str | None) -> None:
     tools = str(Path(sys.executable).parent)
     if tools not in os.environ["PATH"].split(os.pathsep):
         os.environ["PATH"] = f"{tools}{os.pathsep}{os.environ['PATH']}"
+    alembic_head.install()  # a new gradebook is stamped without running `alembic`
     api = NbGraderAPI(config=config)
     for lesson in selected:
         done = api.generate_assignment(lesson, force=True)

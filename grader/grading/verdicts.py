@@ -3,15 +3,16 @@
 When the student's process reaches a graded cell it waits. Here the cell's checks run exactly
 as in a student's check cell, with a ``Remote`` session: each check generates its cases here
 (its hidden seeds never exist in the student's process before the call), sends them as plain
-values (``checks.wire``), and the student's process only calls the student's code on them and
-sends back what it did (outputs, errors, gradients for the probe weights). The verdict (the
+values (``checks.student.wire``), and the student's process only calls the student's code on
+them and sends back what it did (outputs, errors, gradients for the probe weights). The verdict (the
 comparison, the named-mistake diagnosis, the shortcut rule) is made here, against a reference
 computed here. Nothing the student's process runs can change a verdict; it can only answer.
 """
 
-from attention_course.checks import CHECKS, wire
+from attention_course.checks import CHECKS
 from attention_course.checks.framework import SESSION, CheckFailed, Harnessed, Target, judge_all
-from attention_course.checks.observing import Observation
+from attention_course.checks.student import wire
+from attention_course.checks.student.observing import Observation
 
 from ..course import CheckCall, GradedCell
 from ..sandbox.client import Exchange, ExchangeFailed

@@ -3,8 +3,9 @@
 Every time nbgrader creates a gradebook it stamps the schema with its migrations' head revision,
 which it asks of the `alembic` command (a new process, a second or more on a busy machine). The
 answer is a property of the installed nbgrader: this module reads it from nbgrader's own
-migration scripts with alembic's Python API, once per process, and gives nbgrader that instead.
-Importing the module is what installs it; ``grader.gradebook`` and ``grader.release`` do.
+migration scripts with alembic's Python API, once per process, and gives nbgrader that instead
+(``install``: ``database.prepare`` and ``release.generate`` call it before nbgrader creates a
+gradebook). A test compares the answer with the command's.
 """
 
 import functools
@@ -24,4 +25,8 @@ def head_revision() -> str:
 
 
 ASKS_THE_COMMAND = nbgrader.api.get_alembic_version  # what nbgrader would run
-nbgrader.api.get_alembic_version = head_revision
+
+
+def install() -> None:
+    """From now on, nbgrader stamps a new gradebook with ``head_revision``."""
+    nbgrader.api.get_alembic_version = head_revision

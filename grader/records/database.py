@@ -39,6 +39,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from ..course import COURSE_ID
+from . import alembic_head
 
 LOCK_KEY = 0x41747443  # the course's advisory lock ("AttC"), one per database
 EXTRA = "pip install 'attention-course[postgres]'"
@@ -115,6 +116,7 @@ def prepare(url: str) -> None:
         if url in _prepared:
             return
         tables = engine(url)  # GradebookUnavailable for a URL that cannot be used
+        alembic_head.install()  # a new gradebook is stamped without running `alembic`
         try:
             with _advisory_lock(url):
                 Gradebook(url, course_id=COURSE_ID).close()  # nbgrader's tables, its course

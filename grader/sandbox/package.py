@@ -1,8 +1,8 @@
 """The course package as the student's process sees it while one lesson is graded.
 
 It is made of two parts. On disk, the same for every lesson (``build``): the utilities and the
-student's half of the checks (``checks/observing.py``, ``harness.py``, ``wire.py``,
-``shortcuts.py``), with a stand-in ``checks/__init__.py`` whose ``check_*`` functions only say
+student's half of the checks (the whole of ``checks/student/``), with a stand-in
+``checks/__init__.py`` whose ``check_*`` functions only say
 that the grader runs the checks (so the notebook's own check cells run and do nothing). In
 memory, per submission (``modules``): the source of what the lesson's notebook may import (the
 registry's ``may_import``: earlier lessons' references and this lesson's given code), sent with
@@ -24,8 +24,8 @@ from attention_course import lessons
 from .. import syntax
 
 SOURCE = Path(attention_course.__file__).parent
-STUDENT_SIDE = ("observing.py", "harness.py", "wire.py", "shortcuts.py")
-UTILITIES = ("__init__", "device", "viz")
+STUDENT_SIDE = SOURCE / "checks" / "student"  # the checks' modules that run beside student code
+ON_DISK = ("__init__", "device", "viz")  # the package's own modules every lesson's package has
 CHECKS_STAND_IN = '''"""Under the grader, checks run in the grader's own process: these say so."""
 
 
@@ -51,10 +51,10 @@ def build(root: Path) -> Path:
     if root.exists():
         shutil.rmtree(root)
     (package / "checks").mkdir(parents=True)
-    for name in UTILITIES:
+    for name in ON_DISK:
         shutil.copy(SOURCE / f"{name}.py", package / f"{name}.py")
-    for name in STUDENT_SIDE:
-        shutil.copy(SOURCE / "checks" / name, package / "checks" / name)
+    shutil.copytree(STUDENT_SIDE, package / "checks" / "student",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (package / "checks" / "__init__.py").write_text(CHECKS_STAND_IN)
     return root
 
@@ -70,7 +70,7 @@ def modules(lesson: lessons.Lesson) -> dict[str, str]:
         elif wanted.get(module, set()) is not None:
             wanted.setdefault(module, set()).add(name)
     forbidden = exercise_references(lesson)
-    present = set(wanted) | set(UTILITIES)
+    present = set(wanted) | set(ON_DISK)
     sources = {}
     for module, names in wanted.items():
         source = (SOURCE / f"{module}.py").read_text()

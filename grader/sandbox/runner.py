@@ -21,12 +21,12 @@ graded cell stood, it stops and the grader judges: this process relays, as frame
 stdout and stdin,
 
     -> {"event": "at", "grade_id": "..."}          the student's process waits here
-    <- {"request": N} + N bytes                    a check's cases (``checks.wire``)
+    <- {"request": N} + N bytes                    a check's cases (``checks.student.wire``)
     -> {"event": "reply", "sizes": [n, ...]} + bytes   one reply per case
     <- {"continue": true}                          on to the next cell
 
-and the student's process answers each request with ``checks.observing.answer`` (it calls the
-student's code on the cases; nothing is judged there). It talks to this process over pipes
+and the student's process answers each request with ``checks.student.observing.answer`` (it
+calls the student's code on the cases; nothing is judged there). It talks to this process over pipes
 only: its output (the first ``output_kept`` bytes kept), the cell it starts, its replies
 (``record_limit`` bytes at most each) and the requests it reads. Anything else on its channel,
 or anything out of turn (``Channel``), ends it; a request or go-ahead for a submission that has
@@ -83,7 +83,7 @@ class Setup:
 
     scratch: Path
     own_pid_namespace: bool
-    observing: object  # attention_course.checks.observing
+    observing: object  # attention_course.checks.student.observing
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -104,7 +104,7 @@ def prepare(scratch: Path, package_root: Path, own_pid_namespace: bool = False) 
                        "TORCHDYNAMO_DISABLE": "1"})  # torch.compile runs the plain function
     sys.path.insert(0, str(package_root))
     importlib.import_module("matplotlib.pyplot")  # once here, not once per submission
-    observing = importlib.import_module("attention_course.checks.observing")
+    observing = importlib.import_module("attention_course.checks.student.observing")
     return Setup(scratch, own_pid_namespace, observing)
 
 

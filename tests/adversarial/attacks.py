@@ -254,7 +254,7 @@ def startup_files(t: Target) -> str:
 
 def rewrites_reference(t: Target) -> str:
     return """
-    import attention_course, attention_course.checks.observing as observing
+    import attention_course, attention_course.checks.student.observing as observing
     paths = [attention_course.__file__, observing.__file__, "/grader/runner.py",
              "/grader/confinement.py"]
     for path in paths:
@@ -463,8 +463,8 @@ def builtin_answers(wrap: Callable[[str], str]) -> dict[str, str | None]:
 
 
 EMPTIES_FORBIDDEN = """
-import attention_course.checks.observing as observing
-from attention_course.checks.shortcuts import Forbidden
+import attention_course.checks.student.observing as observing
+from attention_course.checks.student.shortcuts import Forbidden
 real_observe = observing.observe
 observing.observe = lambda inputs, forbidden, *rest: real_observe(inputs, Forbidden(), *rest)
 """
@@ -483,8 +483,8 @@ sys.settrace(rewrite)
 
 THREAD_PATCHES = """
 import threading, time
-import attention_course.checks.observing as observing
-from attention_course.checks.shortcuts import Forbidden
+import attention_course.checks.student.observing as observing
+from attention_course.checks.student.shortcuts import Forbidden
 real_observe = observing.observe
 def keep_patching():
     while True:
@@ -496,7 +496,7 @@ threading.Thread(target=keep_patching, daemon=True).start()
 
 GC_REACHES_RUNNER = """
 import gc
-from attention_course.checks.shortcuts import Forbidden
+from attention_course.checks.student.shortcuts import Forbidden
 for thing in gc.get_objects():
     if isinstance(thing, dict) and "serve_requests" in thing and "json" in thing:
         observing = thing["Setup"]  # the runner's own globals, found without importing it
@@ -538,14 +538,14 @@ IN_PLACE_ANSWERS = {"softmax": "x -= x.amax(dim=dim, keepdim=True)\nx.exp_()\n"
                                "return x / x.sum(dim=dim, keepdim=True)"}
 
 ANSWERS_ONLY_THE_GRADER = """
-import attention_course.checks.observing as observing, json
+import attention_course.checks.student.observing as observing, json
 def garbage(request, namespace):
     return [b"garbage"] * len(observing.wire.loads(request)["cases"])
 observing.answer = garbage
 """
 
 INFLATES_RECORD = """
-import attention_course.checks.observing as observing
+import attention_course.checks.student.observing as observing
 observing.answer = lambda request, namespace: [b"\\0" * (30 << 20)] * 4
 """
 

@@ -15,10 +15,10 @@ from attention_course.checks import (
     check_copy_task_loss,
     check_decoder_block,
     check_mlp,
-    harness,
     lesson05,
 )
 from attention_course.checks.lesson05 import rebuild_model
+from attention_course.checks.student import harness
 from attention_course.data import CopyTask
 from attention_course.lessons import lesson
 from attention_course.model import DecoderBlock, DecoderOnlyTransformer
@@ -234,7 +234,7 @@ def test_a_forged_record_of_huge_sizes_allocates_nothing_before_its_weights_matc
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "none"])
 def test_the_record_rebuilds_every_kind_of_model(positions, gen):
-    from attention_course.checks.harness import CONFIG, model_config
+    from attention_course.checks.student.harness import CONFIG, model_config
 
     torch.manual_seed(0)
     model = lesson_model(positions=positions, scale_tokens=False, n_heads=4).eval()

@@ -13,7 +13,7 @@ import torch
 
 from attention_course import rope
 from attention_course.checks import lesson06
-from attention_course.checks.observing import Case, observe
+from attention_course.checks.student.observing import Case, observe
 from grader.demo import MISTAKES as DEMO_MISTAKES
 from grader.demo import practice_names, student_notebook
 from grader.grading.inspection import inspect_submission

@@ -82,8 +82,12 @@ def test_the_notebook_imports_work_and_the_exercise_references_are_not_there(les
         assert not set(names) & set(answer["found"].get(module, ())), (module, names)
     files = {path.relative_to(root).as_posix(): path.read_text()
              for path in root.rglob("*.py")}
-    shared = [f"attention_course/{name}.py" for name in package.UTILITIES] + [
-        f"attention_course/checks/{name}" for name in ("__init__.py", *package.STUDENT_SIDE)]
+    student_side = sorted(p.name for p in package.STUDENT_SIDE.glob("*.py"))
+    assert student_side == ["__init__.py", "harness.py", "observing.py", "shortcuts.py",
+                            "wire.py"]
+    shared = [f"attention_course/{name}.py" for name in package.ON_DISK] + [
+        "attention_course/checks/__init__.py",
+        *(f"attention_course/checks/student/{name}" for name in student_side)]
     assert sorted(files) == sorted(shared)
     for module, names in package.exercise_references(lessons.lesson(lesson)).items():
         text = modules.get(module, "")

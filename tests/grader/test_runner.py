@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.checks import observing, wire
+from attention_course.checks.student import observing, wire
 from grader.course import CheckCall, GradedCell
 from grader.grading import verdicts
 

@@ -44,7 +44,7 @@ CHECKS = f'''
 
     from .. import doubling
     from .framework import Case, Exercise, Mistake, randn, run_check, seeded
-    from .shortcuts import forbid
+    from .student.shortcuts import forbid
 
 
     def double_variant(x, *, factor=2):

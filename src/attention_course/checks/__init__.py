@@ -7,19 +7,18 @@ when the output matches a catalogued mistake, its name and a hint. It never show
 The check cells of the notebooks and the graded tests call the same functions.
 ``check_prediction`` answers the lessons' "Predict first" questions; it grades nothing.
 
-Each lesson's checks live in ``lessonNN.py``; every module of that name is found and its
-``check_*`` functions are exported here.
+Each lesson's checks live in the module the registry names (``Lesson.checks_module``:
+``lessonNN.py``), and their ``check_*`` functions are exported here. What runs in the
+student's process while a submission is graded is ``student/``; the rest runs in the grader's.
 """
 
 import importlib
-import pkgutil
 
+from ..lessons import LESSONS
 from .predictions import check_prediction
 from .restart import install as install_restart_hint
 
-MODULES = tuple(importlib.import_module(f"{__name__}.{found.name}")
-                for found in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
-                if found.name.startswith("lesson"))
+MODULES = tuple(importlib.import_module(lesson.checks_module) for lesson in LESSONS)
 CHECKS = {name: function for module in MODULES for name, function in vars(module).items()
           if name.startswith("check_") and getattr(function, "__module__", None) == module.__name__}
 globals().update(CHECKS)

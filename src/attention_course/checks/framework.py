@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from .errors import explain_error
-from .observing import Case, Observation, as_tuple, clone, detach, observe
-from .shortcuts import Forbidden
+from .student.observing import Case, Observation, as_tuple, clone, detach, observe
+from .student.shortcuts import Forbidden
 
 CHECKS_FOLDER = os.path.dirname(os.path.abspath(__file__))  # the checker's own frames
 TOLERANCES = {torch.float64: (1e-7, 1e-10)}
@@ -82,9 +82,9 @@ class Target:
 @dataclass(frozen=True)
 class Harnessed:
     """What is called on each case when it is more than the student's function itself: a
-    function of ``checks.harness`` applied to the student's objects and plain values (e.g. the
-    student's class built with the reference's weights). It is built where the student's code
-    runs; it may offer ``probe_parameters()`` for the gradient checks."""
+    function of ``checks.student.harness`` applied to the student's objects and plain values
+    (e.g. the student's class built with the reference's weights). It is built where the
+    student's code runs; it may offer ``probe_parameters()`` for the gradient checks."""
 
     function: Callable
     args: tuple = ()

@@ -5,7 +5,7 @@ import torch
 
 from .. import embeddings
 from .framework import Case, Exercise, Mistake, randn, run_check, seeded
-from .shortcuts import forbid
+from .student.shortcuts import forbid
 
 # ---------------------------------------------------------------- one-hot embedding
 

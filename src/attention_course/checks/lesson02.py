@@ -6,7 +6,7 @@ from torch import nn
 
 from .. import attention
 from .framework import Case, Exercise, Mistake, randn, run_check, seeded
-from .shortcuts import forbid
+from .student.shortcuts import forbid
 
 # parts of the names of torch's built-ins (see shortcuts.Forbidden): every softmax of torch's,
 # public or private, and every attention, which computes one inside

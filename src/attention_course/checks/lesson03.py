@@ -14,7 +14,7 @@ from .lesson02 import (
     attention_inputs,
     scores_variant,
 )
-from .shortcuts import forbid
+from .student.shortcuts import forbid
 
 FILLS = {"-inf": float("-inf"), "zero": 0.0}
 

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import masks, multihead
-from . import harness
 from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
 from .lesson03 import (
     CAUSAL_IGNORED_WITH_MASK,
@@ -19,7 +18,8 @@ from .lesson03 import (
     _empty_rows_filled,
     masked_attention_variant,
 )
-from .shortcuts import forbid
+from .student import harness
+from .student.shortcuts import forbid
 
 # ---------------------------------------------------------------- split and merge heads
 

@@ -17,9 +17,9 @@ from .. import model as reference_model
 from .. import training
 from ..data import CopyTask, seeded_generator
 from ..model import DecoderOnlyTransformer
-from . import harness
 from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
-from .harness import (
+from .student import harness
+from .student.harness import (
     CONFIG,
     POSITION_CODES,
     BlockUnderTest,
@@ -28,7 +28,7 @@ from .harness import (
     seeded_parameters,
     stand_in_block_parts,
 )
-from .shortcuts import forbid
+from .student.shortcuts import forbid
 
 # ================================================================ judging
 

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import masks, multihead, rope
-from . import harness
 from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
 from .lesson04 import DROPOUT_IN_EVAL_MODE
-from .shortcuts import forbid
+from .student import harness
+from .student.shortcuts import forbid
 
 # PyTorch's own rotary embedding: the ONNX RotaryEmbedding operator, a Python function (refused
 # by its qualified name, so the checks never import torch.onnx, which takes seconds) whose name

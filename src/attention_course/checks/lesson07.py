@@ -4,7 +4,6 @@ tiled attention with an online softmax."""
 import torch
 
 from .. import attention, inference, tiled
-from . import harness
 from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
 from .lesson02 import (
     ATTENTION_BUILTINS,
@@ -13,7 +12,8 @@ from .lesson02 import (
     NO_BUILT_IN_ATTENTION,
     SCALE_MISTAKES,
 )
-from .shortcuts import forbid
+from .student import harness
+from .student.shortcuts import forbid
 
 NEG_INF = float("-inf")
 SCALES = {"sqrt": lambda D: D ** -0.5, "none": lambda D: 1.0, "d": lambda D: 1.0 / D,

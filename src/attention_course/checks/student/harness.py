@@ -249,14 +249,14 @@ class HeldOutRun:
     can be measured, and the model rebuilt, without the student's code."""
 
     def __init__(self, model, seq_len: int, vocab_size: int, n_sequences: int):
-        from ..data import CopyTask  # lesson 05's given code: only there is it importable
+        from ...data import CopyTask  # lesson 05's given code: only there is it importable
 
         self.model = model
         self.task, self.n_sequences = CopyTask(seq_len, vocab_size), n_sequences
 
     def __call__(self, data_seed: int) -> tuple:
-        from ..data import seeded_generator
-        from ..model import DecoderOnlyTransformer
+        from ...data import seeded_generator
+        from ...model import DecoderOnlyTransformer
 
         if not isinstance(self.model, DecoderOnlyTransformer):
             raise TypeError(f"`model` is a {type(self.model).__name__}, expected the lesson's "
