@@ -18,8 +18,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from helpers.notebooks import ROOT
 from helpers.servers import free_port
@@ -170,6 +173,22 @@ def test_make_lab_installs_only_the_lab_extra_and_shows_download_progress(tmp_pa
     assert "--quiet" not in course[0] and "--no-progress" not in course[0]  # uv's progress bars
     (download,) = [c for c in commands if "pip download" in c and "--index-url" in c]
     assert "--progress-bar on" in download and "--quiet" not in download
+
+
+def test_environment_yml_installs_what_make_lab_installs(tmp_path):
+    """conda (and Binder) users read environment.yml: the extra `make lab` installs, at the same
+    pins, on a Python the course supports; none of the instructor's or the developers' tools."""
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    (python,) = [d for d in environment["dependencies"] if str(d).startswith("python=")]
+    (pip,) = [d["pip"] for d in environment["dependencies"] if isinstance(d, dict)]
+    commands = re.split(r"\s*(?:&&|\|\||;|\n)\s*", dry_run("install-lab", tmp_path))
+    (course,) = [c for c in commands if "pip install" in c and "-e '.[" in c]
+    extra = re.search(r"-e '\.\[(\w+)\]'", course).group(1)
+    assert [line for line in pip if line.startswith("-e ")] == [f"-e .[{extra}]"]
+    assert "-c constraints.txt" in pip and f"torch=={pins()['torch']}" in pip
+    floor = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert Version(python.removeprefix("python=")) in SpecifierSet(floor)
+    assert not NOT_FOR_STUDENTS & {re.split(r"[<>=\[ ]", line)[0] for line in pip}
 
 
 def test_make_lab_compiles_what_the_grading_sandbox_imports_after_installing_it(tmp_path):
