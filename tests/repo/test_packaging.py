@@ -203,6 +203,16 @@ def test_make_lab_compiles_what_the_grading_sandbox_imports_after_installing_it(
     assert commands.index(install) < commands.index(compile_)
 
 
+def test_the_readme_is_short_and_the_docs_are_by_audience():
+    """The README says what the course is, lists the lessons and the two commands, and points to
+    docs/ (students, instructors, contributors), where the rest lives."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for page in ("docs/students.md", "docs/instructors/grading.md",
+                 "docs/contributors/README.md", "docs/contributors/architecture.md"):
+        assert (ROOT / page).is_file() and f"]({page})" in readme, page
+
+
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     assert "make test" in (ROOT / "README.md").read_text()

@@ -8,7 +8,10 @@ import pytest
 
 from attention_course import checks
 from attention_course.lessons import LESSONS, lesson
+from grader.release import colab_url, course_settings
 from helpers.notebooks import NOTEBOOKS, ROOT, SOLUTIONS, grading, read
+
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 IDS = [entry.id for entry in LESSONS]
 
@@ -57,8 +60,12 @@ def test_unknown_lesson_says_which_are_known():
 
 
 def test_readme_lesson_table_is_the_registry():
+    """One row per lesson: its title, what the student builds, its reference modules, and the
+    Colab badge that opens its released notebook from the configured repository."""
     text = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| (\d\d [^|]+) \| ([^|]+) \| ([^|]+) \|$", text, re.M)
-    expected = [(f"{e.id[:2]} {e.title}", e.builds, ", ".join(f"`{m}`" for m in e.teaches))
+    rows = re.findall(r"^\| (\d\d [^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", text, re.M)
+    settings = course_settings()
+    expected = [(f"{e.id[:2]} {e.title}", e.builds, ", ".join(f"`{m}`" for m in e.teaches),
+                 f"[![Open In Colab]({COLAB_BADGE})]({colab_url(e.id, settings)})")
                 for e in LESSONS]
     assert rows == expected
