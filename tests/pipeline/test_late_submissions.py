@@ -5,6 +5,7 @@ tests the course file and the late policy themselves.)"""
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -151,3 +152,32 @@ def test_canvas_gets_its_import_format_with_the_canvas_ids_collect_recorded(cour
     assert rows["1002"][:3] == ["jonesbob", "1002", ""]  # Canvas user id, no SIS id known
     assert rows["1002"][column] == "6.3"
     assert rows["cat"][:3] == ["cat", "", "cat"] and rows["cat"][column] == ""  # not submitted
+
+
+def masking(workspace: Workspace, student: str) -> tuple[str, str]:
+    """How late the student's lesson 03 was, and its score, as grades.csv says."""
+    header, *rows = read_csv(workspace.report / "grades.csv")
+    row = dict(zip(header, next(r for r in rows if r[0] == student), strict=True))
+    return row[f"{L03} late"], row[L03]
+
+
+def test_report_only_reads_and_says_when_the_gradebook_is_behind_the_course_file(
+        course, tmp_path, capsys):
+    """A due date moved in course.toml reaches the gradebook through `refresh` (or `grade`),
+    never through `report`, which says the gradebook is behind and counts what it holds."""
+    workspace = Workspace(tmp_path / "course")
+    shutil.copytree(course.root, workspace.root)
+    workspace.course_file.write_text(COURSE_TOML.replace('"2025-03-10 12:00 UTC"',
+                                                         '"2025-03-12 12:00 UTC"'))
+    before = (workspace.root / "gradebook.db").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["--workspace", str(workspace.root), "report"]) == 0
+    assert (workspace.root / "gradebook.db").read_bytes() == before  # nothing written
+    said = capsys.readouterr().err
+    assert f"the due date of {L03}" in said and "make refresh" in said
+    assert masking(workspace, "cat") == ("2 days late", "8")  # as the gradebook holds it
+
+    assert cli.main(["--workspace", str(workspace.root), "refresh"]) == 0
+    assert cli.main(["--workspace", str(workspace.root), "report"]) == 0
+    assert "make refresh" not in capsys.readouterr().err
+    assert masking(workspace, "cat") == ("on time", "10")  # against the new due date
