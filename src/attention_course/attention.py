@@ -3,27 +3,46 @@
 Lesson: 02_scaled_dot_product (the masked version is completed in 03_masking)
 """
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import apply_mask, causal_mask, combine_masks
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype to compute in for inputs of ``dtype``: float32 for float16 and bfloat16, else
+    ``dtype`` itself (float32 and float64 are computed as they are).
+
+    16-bit floats keep 11 (float16) or 8 (bfloat16) significant bits: too few to add up many
+    exponentials and weighted values, or to count positions (bfloat16 holds whole numbers
+    exactly only up to 256). PyTorch computes 16-bit attention in float32 and rounds the result
+    to 16 bits once, at the end; the course's attention, tiled attention and rotary angles do
+    the same.
+    Lesson: 02_scaled_dot_product
+    """
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """Numerically stable softmax: exp(x - max) / sum(exp(x - max)) along ``dim``.
 
     Subtracting the maximum changes nothing mathematically and keeps exp() from overflowing
-    on large logits. Like ``torch.softmax``, a slice that is all -inf gives NaN.
+    on large logits. Like ``torch.softmax``, a slice that is all -inf gives NaN, and an empty
+    ``dim`` an empty result.
     Args:
-        x: tensor of any shape and floating dtype.
+        x: tensor of any shape and floating dtype (16-bit floats are computed in float32).
         dim: the axis whose entries become probabilities.
     Returns:
-        tensor of the shape of ``x``; entries along ``dim`` are positive and sum to 1.
+        tensor of the shape and dtype of ``x``; entries along ``dim`` are positive and sum to 1.
     Lesson: 02_scaled_dot_product
     """
-    shifted = x - x.amax(dim=dim, keepdim=True)
+    if x.numel() == 0:  # nothing to normalise (e.g. no keys): no maximum to subtract either
+        return x.clone()
+    wide = x.to(compute_dtype(x.dtype))  # float16, bfloat16 -> float32; the others as they are
+    shifted = wide - wide.amax(dim=dim, keepdim=True)
     exps = shifted.exp()
-    return exps / exps.sum(dim=dim, keepdim=True)
+    return (exps / exps.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
 def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> Tensor:
@@ -34,12 +53,14 @@ def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> 
         key: (B, H, S, D) keys.
         scale: factor applied to the dot products; None means 1/sqrt(D).
     Returns:
-        (B, H, T, S) scores.
+        (B, H, T, S) scores in the dtype of ``query`` (16-bit floats are computed in float32).
     Lesson: 02_scaled_dot_product
     """
     check_query_key(query, key)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return query @ key.transpose(-2, -1) * scale  # (B,H,T,D) @ (B,H,D,S) -> (B,H,T,S)
+    wide = compute_dtype(query.dtype)  # float32 for 16-bit floats
+    scores = query.to(wide) @ key.to(wide).transpose(-2, -1) * scale  # (B,H,T,D) @ (B,H,D,S)
+    return scores.to(query.dtype)  # (B, H, T, S)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
@@ -59,11 +80,16 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     Returns:
         out: (B, H, T, Dv) weighted sums of the values.
         weights: (B, H, T, S) attention weights; each row sums to 1, or is all 0 where every
-            key is masked (that query's output is then 0, as in PyTorch).
+            key is masked (that query's output is then 0, as in PyTorch; with S = 0 keys
+            ``weights`` is empty and ``out`` is 0).
+        Both in the dtype of ``query``; 16-bit floats are computed in float32, as in PyTorch.
     Lesson: 02_scaled_dot_product (masks: 03_masking)
     """
+    check_query_key(query, key)
     check_key_value(key, value)
-    scores = attention_scores(query, key, scale)  # (B, H, T, S), checks query and key
+    dtype, wide = query.dtype, compute_dtype(query.dtype)  # float32 for 16-bit floats
+    query, key, value = query.to(wide), key.to(wide), value.to(wide)
+    scores = attention_scores(query, key, scale)  # (B, H, T, S)
     may_hide_whole_rows = attn_mask is not None  # the causal mask alone leaves every query key 0
     if is_causal:
         T, S = scores.shape[-2:]
@@ -77,7 +103,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     out = weights @ value  # (B,H,T,S) @ (B,H,S,Dv) -> (B,H,T,Dv)
-    return out, weights
+    return out.to(dtype), weights.to(dtype)
 
 
 def check_query_key(query: Tensor, key: Tensor) -> None:
@@ -89,6 +115,7 @@ def check_query_key(query: Tensor, key: Tensor) -> None:
         raise ValueError(f"query and key must share the head dim D: query {tuple(query.shape)} "
                          f"has D={query.shape[-1]}, key {tuple(key.shape)} has D={key.shape[-1]}")
     _check_batch_dims("query", query, "key", key)
+    _check_dtypes("query", query, "key", key)
 
 
 def check_key_value(key: Tensor, value: Tensor) -> None:
@@ -97,6 +124,7 @@ def check_key_value(key: Tensor, value: Tensor) -> None:
         raise ValueError(f"key and value must have the same length S: key {tuple(key.shape)}, "
                          f"value {tuple(value.shape)} (expected (..., S, Dv))")
     _check_batch_dims("key", key, "value", value)
+    _check_dtypes("key", key, "value", value)
 
 
 def _check_batch_dims(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
@@ -106,3 +134,10 @@ def _check_batch_dims(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
         if n != m and 1 not in (n, m):
             raise ValueError(f"the batch dims of {name_a} {tuple(a.shape[:-2])} and {name_b} "
                              f"{tuple(b.shape[:-2])} do not broadcast")
+
+
+def _check_dtypes(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
+    # as in F.scaled_dot_product_attention; checked before a 16-bit input is cast to float32
+    if a.dtype != b.dtype:
+        raise ValueError(f"{name_a} and {name_b} must have the same dtype, got {a.dtype} and "
+                         f"{b.dtype}")

@@ -34,17 +34,21 @@ def sinusoidal_positional_encoding(seq_len: int, d_model: int, *, base: float = 
         seq_len: number of positions T.
         d_model: model width C (odd widths drop the last cosine).
         base: wavelength scale; the slowest pair has wavelength 2*pi*base.
+        device, dtype: where, and in which float dtype, the encoding is returned.
     Returns:
-        (T, C) encoding, entries in [-1, 1].
+        (T, C) encoding, entries in [-1, 1]. For float16 and bfloat16 it is computed in
+        float32 and rounded once: float16 holds whole numbers exactly only up to 2048, and
+        bfloat16 up to 256, so positions counted in 16 bits would be off.
     Lesson: 01_embeddings
     """
-    position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]  # (T, 1)
-    two_i = torch.arange(0, d_model, 2, device=device, dtype=dtype)  # (ceil(C/2),)
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # see Returns
+    position = torch.arange(seq_len, device=device, dtype=wide)[:, None]  # (T, 1)
+    two_i = torch.arange(0, d_model, 2, device=device, dtype=wide)  # (ceil(C/2),)
     angles = position / base ** (two_i / d_model)  # (T, ceil(C/2))
-    pe = torch.zeros(seq_len, d_model, device=device, dtype=dtype)
+    pe = torch.zeros(seq_len, d_model, device=device, dtype=wide)
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
-    return pe
+    return pe.to(dtype)
 
 
 def token_and_position_embedding(token_ids: Tensor, weight: Tensor, pe: Tensor) -> Tensor:

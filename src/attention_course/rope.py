@@ -19,7 +19,7 @@ Lesson: 06_rotary_positions
 import torch
 from torch import Tensor
 
-from .attention import scaled_dot_product_attention
+from .attention import compute_dtype, scaled_dot_product_attention
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
 
@@ -31,15 +31,19 @@ def rotary_angles(seq_len: int, d_head: int, *, base: float = 10000.0, device=No
         seq_len: number of positions T (positions 0 .. T-1).
         d_head: head width D, even; there are D/2 pairs.
         base: wavelength scale; the slowest pair turns once every 2*pi*base^((D-2)/D) steps.
+        device, dtype: where, and in which float dtype, the angles are returned.
     Returns:
-        (T, D/2) angles in radians.
+        (T, D/2) angles in radians; for a 16-bit dtype computed in float32 and rounded once.
+        Even so a bfloat16 angle near t is off by up to t/512 radians: rotate 16-bit queries
+        and keys with float32 angles, as ``RotaryMultiHeadAttention`` does.
     Lesson: 06_rotary_positions
     """
     if d_head % 2:
         raise ValueError(f"rotary embeddings rotate pairs: the head width {d_head} must be even")
-    position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]  # (T, 1)
-    two_i = torch.arange(0, d_head, 2, device=device, dtype=dtype)  # (D/2,)
-    return position / base ** (two_i / d_head)  # (T, 1) / (D/2,) -> (T, D/2)
+    wide = compute_dtype(dtype)  # float32 for 16-bit floats: positions stay exact
+    position = torch.arange(seq_len, device=device, dtype=wide)[:, None]  # (T, 1)
+    two_i = torch.arange(0, d_head, 2, device=device, dtype=wide)  # (D/2,)
+    return (position / base ** (two_i / d_head)).to(dtype)  # (T, 1) / (D/2,) -> (T, D/2)
 
 
 def apply_rotary(x: Tensor, angles: Tensor) -> Tensor:
@@ -49,15 +53,17 @@ def apply_rotary(x: Tensor, angles: Tensor) -> Tensor:
     a = angles[t, i]: a rotation by +a in the plane of the pair, so norms are kept.
     Args:
         x: (..., T, D) queries or keys, e.g. (B, H, T, D).
-        angles: (T, D/2) angles of the T positions, e.g. ``rotary_angles(T, D)``.
+        angles: (T, D/2) angles of the T positions, e.g. ``rotary_angles(T, D)``; float32
+            angles for a 16-bit x rotate it in float32.
     Returns:
-        (..., T, D) rotated tensor.
+        (..., T, D) rotated tensor, in the dtype of x.
     Lesson: 06_rotary_positions
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]  # (..., T, D/2) each: the two halves of every pair
     cos, sin = angles.cos(), angles.sin()  # (T, D/2), broadcast over the leading axes
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, D)
+    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, D)
+    return rotated.to(x.dtype)
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
@@ -88,7 +94,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, T, C) -> (B, H, T, D)
         k = split_heads(self.k_proj(key), self.n_heads)  # (B, S, C) -> (B, H, S, D)
         v = split_heads(self.v_proj(value), self.n_heads)  # (B, S, C) -> (B, H, S, D)
-        factory = {"base": self.base, "device": q.device, "dtype": q.dtype}
+        # angles of 16-bit q and k stay float32: apply_rotary rotates in float32 and rounds once
+        factory = {"base": self.base, "device": q.device, "dtype": compute_dtype(q.dtype)}
         q = apply_rotary(q, rotary_angles(q.shape[-2], self.d_head, **factory))
         k = apply_rotary(k, rotary_angles(k.shape[-2], self.d_head, **factory))
         dropout_p = self.dropout if self.training else 0.0

@@ -18,6 +18,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .attention import check_key_value, check_query_key, compute_dtype
+
 
 def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
                     scale: float | None = None, block_size: int = 64) -> Tensor:
@@ -33,20 +35,26 @@ def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
         scale: factor for the scores; None means 1/sqrt(D).
         block_size: how many keys each step reads.
     Returns:
-        (B, H, T, Dv) the same output as attention computed in one piece, up to rounding.
+        (B, H, T, Dv) the same output as attention computed in one piece, up to rounding, in
+        the dtype of ``query``; 0 where there are no keys (S = 0), as in PyTorch. The running
+        statistics of 16-bit inputs are float32, as in FlashAttention.
     Lesson: 07_inference_and_scale
     """
+    check_query_key(query, key)
+    check_key_value(key, value)
     T, S = query.shape[-2], key.shape[-2]
     if is_causal and T > S:
         raise ValueError(f"is_causal needs T <= S: {T} queries cannot be the last of {S} keys")
     scale = query.shape[-1] ** -0.5 if scale is None else scale
+    dtype, wide = query.dtype, compute_dtype(query.dtype)  # float32 for 16-bit floats
+    query = query.to(wide)  # the keys and values follow block by block
     m = torch.full_like(query[..., :1], float("-inf"))  # (B, H, T, 1) running max of the scores
     l = torch.zeros_like(m)  # (B, H, T, 1) running sum of exp(score - m)
     acc = query.new_zeros(*query.shape[:-1], value.shape[-1])  # (B, H, T, Dv) exp(score - m) * v
     position = torch.arange(S - T, S, device=query.device)[:, None]  # (T, 1): each query's place
     for start in range(0, S, block_size):
-        k = key[..., start:start + block_size, :]  # (B, H, b, D)
-        v = value[..., start:start + block_size, :]  # (B, H, b, Dv)
+        k = key[..., start:start + block_size, :].to(wide)  # (B, H, b, D)
+        v = value[..., start:start + block_size, :].to(wide)  # (B, H, b, Dv)
         scores = query @ k.transpose(-2, -1) * scale  # (B,H,T,D) @ (B,H,D,b) -> (B,H,T,b)
         if is_causal:
             keys_at = torch.arange(start, start + k.shape[-2], device=query.device)  # (b,)
@@ -57,7 +65,8 @@ def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
         l = l * rescale + p.sum(dim=-1, keepdim=True)
         acc = acc * rescale + p @ v  # (B,H,T,b) @ (B,H,b,Dv) -> (B,H,T,Dv)
         m = m_new
-    return acc / l
+    out = acc / l if S > 0 else acc  # no keys: l = 0, and the output is 0
+    return out.to(dtype)
 
 
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
@@ -72,7 +81,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     """
     T, S = query.shape[-2], key.shape[-2]
     blocks = []
-    for start in range(0, T, block_size):
+    for start in range(0, max(T, 1), block_size):  # T = 0: one empty block, for torch.cat
         q = query[..., start:start + block_size, :]  # (B, H, b, D)
         end = S - T + start + q.shape[-2] if is_causal else S  # keys this block may see
         blocks.append(tiled_attention(q, key[..., :end, :], value[..., :end, :], is_causal,

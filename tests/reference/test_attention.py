@@ -202,3 +202,51 @@ def test_dropout_zeroes_weights_and_rescales_the_survivors(gen):
     assert kept.any() and not kept.all()
     assert_close(dropped[kept], weights[kept] / (1 - p))
     assert_close(out, dropped @ v)
+
+
+# ---------------------------------------------------------------- no keys (S = 0)
+
+ALL_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_softmax_of_an_empty_axis_is_empty_as_in_torch(dtype):
+    x = torch.randn(3, 0).to(dtype)
+    result = softmax(x)
+    assert result.shape == (3, 0) and result.dtype == dtype
+    assert torch.softmax(x, dim=-1).shape == (3, 0)
+
+
+NO_KEYS = {
+    "no mask": {},
+    "a (T, 0) bool mask": {"attn_mask": torch.ones(T, 0, dtype=torch.bool)},
+    "a (T, 0) float mask": {"attn_mask": torch.zeros(T, 0)},
+    "is_causal": {"is_causal": True},
+    "dropout": {"dropout_p": 0.5},
+}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("options", NO_KEYS.values(), ids=NO_KEYS.keys())
+def test_no_keys_give_zeros_and_empty_weights_as_in_pytorch(gen, options, dtype):
+    q, k, v = (x.to(dtype) for x in random_qkv(gen, S=0))
+    options = {name: x.to(dtype) if name == "attn_mask" and x.is_floating_point() else x
+               for name, x in options.items()}
+    out, weights = scaled_dot_product_attention(q, k, v, **options)
+    expected = F.scaled_dot_product_attention(q, k, v, **options)
+    assert out.dtype == weights.dtype == dtype
+    assert torch.equal(out, expected) and (out == 0).all()
+    assert weights.shape == (B, H, T, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_attention_is_float32_attention_rounded_once(gen, dtype):
+    q, k, v, mask = parity_inputs(gen, mask="fully masked")
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    wide_out, wide_weights = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask)
+    assert out.dtype == weights.dtype == dtype
+    assert torch.equal(out, wide_out.to(dtype)) and torch.equal(weights, wide_weights.to(dtype))
+    assert torch.equal(attention_scores(q, k), attention_scores(q.float(), k.float()).to(dtype))
+    x = 4 * torch.randn(3, 5, 7, generator=gen)
+    assert torch.equal(softmax(x.to(dtype)), softmax(x.to(dtype).float()).to(dtype))

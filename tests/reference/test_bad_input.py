@@ -67,3 +67,16 @@ def test_padding_lengths_must_be_integers():
 def test_sequence_accuracy_with_mismatched_shapes():
     with pytest.raises(ValueError, match=r"\(4, 10\).*\(4, 9\).*same shape"):
         sequence_accuracy(torch.zeros(4, 10), torch.zeros(4, 9))
+
+
+@pytest.mark.parametrize(("dtypes", "message"), [
+    ((torch.float32, torch.float64, torch.float64), r"query and key .* same dtype"),
+    ((torch.bfloat16, torch.float32, torch.float32), r"query and key .* same dtype"),
+    ((torch.float16, torch.float16, torch.float32), r"key and value .* same dtype"),
+])
+def test_query_key_value_of_different_dtypes(dtypes, message):
+    """PyTorch refuses them too; a 16-bit input must not pass by being cast to float32."""
+    q, k, v = (torch.zeros(shape, dtype=dtype) for shape, dtype in zip(SHAPES, dtypes,
+                                                                         strict=True))
+    with pytest.raises(ValueError, match=message):
+        scaled_dot_product_attention(q, k, v)

@@ -101,3 +101,33 @@ def test_grouped_query_attention_refuses_groups_that_do_not_divide():
     _, k, v = qkv(2, 4, 5, 4)
     with pytest.raises(ValueError, match="G must divide H"):
         inference.grouped_query_attention(q, k, v)
+
+
+# ---------------------------------------------------------------- edges
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_grouped_query_attention_with_no_keys_gives_zeros_as_in_pytorch(dtype):
+    q, _, _ = qkv(2, 6, 5, 4, dtype=dtype)
+    _, k, v = qkv(2, 2, 0, 4, Dv=3, dtype=dtype)
+    out, weights = inference.grouped_query_attention(q, k, v)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert out.dtype == dtype and torch.equal(out, expected) and (out == 0).all()
+    assert weights.shape == (2, 6, 5, 0)
+
+
+@pytest.mark.parametrize("P", [0, 4])
+def test_cached_attention_of_no_new_tokens_is_empty_and_keeps_the_cache(P):
+    q, k, v = qkv(2, 3, P, 4, Dv=5)
+    cache = (k, v) if P else (None, None)
+    out, keys, values = inference.cached_attention(q[..., :0, :], k[..., :0, :], v[..., :0, :],
+                                                   *cache)
+    assert out.shape == (2, 3, 0, 5)
+    assert torch.equal(keys, k) and torch.equal(values, v)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_cached_attention_stays_16_bit(dtype):
+    q, k, v = qkv(2, 3, 6, 4, Dv=5, dtype=dtype)
+    out, keys, values = inference.cached_attention(q[..., 4:, :], k[..., 4:, :], v[..., 4:, :],
+                                                   k[..., :4, :], v[..., :4, :])
+    assert out.dtype == keys.dtype == values.dtype == dtype

@@ -123,3 +123,24 @@ def test_gradients_reach_every_parameter(gen):
 def test_from_torch_refuses_modules_it_cannot_copy():
     with pytest.raises(ValueError, match="kdim = vdim = embed_dim"):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(C, H, kdim=5, batch_first=True))
+
+
+# ---------------------------------------------------------------- no keys, 16-bit floats
+
+def test_no_keys_give_the_output_bias_as_nn_multihead_attention_does(gen):
+    ours, theirs = ours_and_torch("to_torch", bias=True)
+    query = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    nothing = torch.zeros(B, 0, C, dtype=torch.float64)
+    out, weights, expected_out, expected_weights = run_both(ours, theirs, query, nothing,
+                                                            None, {})
+    assert weights.shape == expected_weights.shape == (B, H, T, 0)
+    assert_close(out, expected_out)
+    assert_close(out, ours.out_proj.bias.detach().expand(B, T, C))  # attention gave 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_module_returns_16_bit_output_and_weights(gen, dtype):
+    mha = MultiHeadAttention(C, H, dtype=dtype)
+    x = torch.randn(B, T, C, generator=gen).to(dtype)
+    out, weights = mha(x, x, x, is_causal=True)
+    assert out.dtype == weights.dtype == dtype

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attention_course import multihead
+from attention_course import attention, multihead
 from attention_course.rope import RotaryMultiHeadAttention, apply_rotary, rotary_angles
 
 
@@ -183,3 +183,43 @@ def test_keys_count_their_own_positions_when_there_are_more_of_them():
                 @ apply_rotary(k, rotary_angles(6, 8, base=100.0, dtype=torch.float64)).mT
                 / math.sqrt(8)).softmax(-1)
     torch.testing.assert_close(layer(x, memory, memory)[1], expected)
+
+
+# ---------------------------------------------------------------- dtypes and edges
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
+                         ids=str)
+def test_the_rotation_returns_the_dtype_of_x_with_float32_angles(dtype):
+    x = torch.randn(2, 7, 8, generator=seeded(9)).to(dtype)
+    rotated = apply_rotary(x, rotary_angles(7, 8))
+    assert rotated.dtype == dtype
+    if dtype in (torch.bfloat16, torch.float16):  # rotated in float32, rounded once
+        torch.testing.assert_close(rotated, apply_rotary(x.float(), rotary_angles(7, 8)).to(dtype),
+                                   rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_layer_rotates_with_float32_angles(dtype):
+    """Its output is the one of the layer whose projections give the same 16-bit q and k,
+    rotated with float32 angles: bfloat16 angles would be off by up to T / 256 radians."""
+    layer, _ = rotary_layer(dtype, base=500000.0)
+    x = torch.randn(1, 300, 16, generator=seeded(10)).to(dtype)
+    out, weights = layer(x, x, x, is_causal=True)
+    assert out.dtype == weights.dtype == dtype
+    q, k, v = (multihead.split_heads(proj(x), 2) for proj in layer.input_projections())
+    angles = rotary_angles(300, 8, base=500000.0)  # float32
+    expected, _ = attention.scaled_dot_product_attention(apply_rotary(q, angles),
+                                                         apply_rotary(k, angles), v,
+                                                         is_causal=True)
+    torch.testing.assert_close(out, layer.out_proj(multihead.merge_heads(expected)),
+                               rtol=0, atol=0)
+
+
+def test_the_layer_with_no_keys_gives_the_output_bias():
+    layer, plain = rotary_layer(torch.float64)
+    x = torch.randn(2, 5, 16, generator=seeded(11), dtype=torch.float64)
+    nothing = torch.zeros(2, 0, 16, dtype=torch.float64)
+    out, weights = layer(x, nothing, nothing)
+    assert weights.shape == (2, 2, 5, 0)
+    torch.testing.assert_close(out, layer.out_proj.bias.detach().expand(2, 5, 16))
+    torch.testing.assert_close(out, plain(x, nothing, nothing)[0])

@@ -70,3 +70,39 @@ def test_tiled_memory_grows_like_t_and_the_naive_one_like_t_squared():
     assert 1.8 < memory(tiling, 512) / memory(tiling, 256) < 2.2
     assert memory(tiling, 512) < memory(naive, 512) / 5
     assert memory(in_query_blocks, 512) < 3 * memory(F.scaled_dot_product_attention, 512)
+
+
+# ---------------------------------------------------------------- edges and dtypes
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
+                         ids=str)
+@pytest.mark.parametrize(("T", "S", "is_causal"), [(5, 0, False), (0, 7, False), (0, 7, True),
+                                                   (0, 0, True)])
+def test_no_keys_give_zeros_and_no_queries_nothing_as_in_pytorch(T, S, is_causal, dtype):
+    q, k, v = (x.to(dtype) for x in qkv(2, 3, T, 4, S=7, Dv=6))
+    k, v = k[..., :S, :], v[..., :S, :]  # (qkv reads S = 0 as S = T)
+    mask = bottom_right(T, S) if is_causal else None
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    for tiling in (tiled.tiled_attention, tiled.flash_attention):
+        out = tiling(q, k, v, is_causal, block_size=3)
+        assert out.shape == expected.shape == (2, 3, T, 6) and out.dtype == dtype
+        assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_tiles_keep_float32_statistics_and_round_once(dtype):
+    """Running max, sum and accumulator in float32, as FlashAttention keeps them: the output is
+    the float32 tiled attention of the same inputs, rounded to 16 bits once."""
+    q, k, v = (x.to(dtype) for x in qkv(2, 3, 9, 4, S=20))
+    for tiling in (tiled.tiled_attention, tiled.flash_attention):
+        out = tiling(q, k, v, block_size=4)
+        assert out.dtype == dtype
+        assert torch.equal(out, tiling(q.float(), k.float(), v.float(), block_size=4).to(dtype))
+
+
+def test_query_key_value_that_do_not_fit_are_named():
+    q, k, v = qkv(2, 3, 5, 4, S=7)
+    with pytest.raises(ValueError, match="same dtype"):
+        tiled.tiled_attention(q.float(), k, v)
+    with pytest.raises(ValueError, match="same length S"):
+        tiled.flash_attention(q, k, v[..., :6, :])
