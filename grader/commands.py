@@ -115,8 +115,8 @@ def _record(graded: Iterator[tuple[Handin, Graded]], recorder: gradebook.Recorde
                 tqdm(total=total, unit="submission", desc="grading", disable=None) as bar:
             for handin, done in graded:
                 with writing():  # Ctrl-C never splits one result's writes
-                    keep(done, workspace)
-                    recorder.record(handin, done.result)
+                    if problem := _keep_and_record(handin, done, recorder, workspace):
+                        not_graded.append(problem)
                 bar.update()
     except SandboxUnavailable as err:
         raise SystemExit(f"Not grading: student code runs only in a sandbox, and {err}.\n"
@@ -125,7 +125,7 @@ def _record(graded: Iterator[tuple[Handin, Graded]], recorder: gradebook.Recorde
     except ClusterError as err:
         raise SystemExit(f"Not grading: {err}. Nothing was graded.") from None
     except NotAllGraded as err:
-        not_graded = err.reasons
+        not_graded += err.reasons
     except KeyboardInterrupt:
         print(f"\ninterrupted: {len(recorder.recorded)} of {total} submission(s) graded and "
               f"written to the gradebook; run grade again to go on where it stopped",
@@ -139,6 +139,20 @@ def _record(graded: Iterator[tuple[Handin, Graded]], recorder: gradebook.Recorde
               f"on with them):\n  " + "\n  ".join(not_graded), file=sys.stderr)
         return 1
     return 0
+
+
+def _keep_and_record(handin: Handin, done: Graded, recorder: gradebook.Recorder,
+                     workspace: Workspace) -> str | None:
+    """Keep one result and record it; what went wrong, in a line, if that failed (the batch
+    goes on, and grading again takes this submission up again)."""
+    graded = Graded(done.result.printable(), done.output)
+    try:
+        keep(graded, workspace)
+        recorder.record(handin, graded.result)
+    except Exception as err:  # a grader bug, or the disk: this submission only
+        return (f"{handin.student} {handin.lesson}: not recorded "
+                f"({type(err).__name__}: {str(err)[:300]})")
+    return None
 
 
 @contextlib.contextmanager

@@ -3,10 +3,12 @@
 The source is parsed here, in the trusted process, never run. Points do not depend on it (the
 checks decide them); a flag says where a human should look: code that reaches the grader's or
 the checks' internals, tracing and profiling hooks, ``gc``, ``ctypes``, threads, raw file
-descriptors, torch's internals (``torch.ops``, ``torch._C``, TorchScript), the PyTorch built-in
-an exercise asks the student to write, and an answer that is the course's reference with the
-names changed. Only the student's own code is read: cells whose source differs from the
-released notebook's.
+descriptors, torch's internals (``torch.ops``, ``torch._C``, its dispatch machinery,
+TorchScript), the PyTorch built-in an exercise asks the student to write, code that hides
+what it runs (``exec``, ``eval``, ``compile``, an attribute or module named at run time,
+decoded data), and an answer that is the course's reference with the names changed. Only the
+student's own code is read: cells whose source differs from the released notebook's; the code
+of a cell magic (``%%time``, ``%%capture``, ...) and of a line magic is read as code too.
 """
 
 import ast
@@ -39,6 +41,12 @@ HOOKS = {  # dotted name (or its start) -> why it is flagged
     "os.dup2": "a raw file descriptor", "os.kill": "signals to processes",
     "torch.ops": "torch's operator internals", "torch._C": "torch's C internals",
     "torch.jit": "TorchScript", "builtins": "the interpreter's built-ins",
+    **dict.fromkeys(("torch.utils._python_dispatch", "torch.overrides", "torch.library",
+                     "torch._ops", "torch._dispatch", "torch.fx", "torch._dynamo",
+                     "torch.compiler"), "torch's dispatch machinery"),
+    "asyncio": "an event loop (threads)", "importlib": "a module imported by name at run time",
+    **dict.fromkeys(("base64", "binascii", "codecs", "zlib", "bz2", "lzma", "marshal",
+                     "pickle", "dill"), "decoded data"),
     "grader": "the grader's code", "attention_course.checks": "the checks' internals",
     **{f"get_ipython().{name}": "how the shell runs or reports cells" for name in (
         "input_transformers_cleanup", "input_transformers_post", "input_transformer_manager",
@@ -91,15 +99,37 @@ def _answer_name(definition: ast.FunctionDef) -> str:
 
 
 def _parse(source: str) -> ast.Module | None:
-    """The cell's syntax tree, each node knowing its ``parent``; None if it does not parse."""
+    """The cell's syntax tree, each node knowing its ``parent``; None if it does not parse.
+    IPython's magics are the calls IPython turns them into, and the code a magic runs (a cell
+    magic's body, a line magic's line) is read as code of the cell's own."""
     try:
         tree = syntax.parse(TransformerManager().transform_cell(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the kernel reports it; there is nothing to read
+    tree.body += [statement for code in _magic_code(tree) if (inner := _parse(code))
+                  for statement in inner.body]
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             child.parent = node
     return tree
+
+
+def _magic_code(tree: ast.Module) -> list[str]:
+    """What the magics of a cell run: get_ipython().run_cell_magic(name, line, body) runs
+    ``body`` (and some magics ``line``), run_line_magic(name, line) runs ``line``."""
+    code = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("run_cell_magic", "run_line_magic"):
+            code += [arg.value for arg in node.args[1:]
+                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    return code
+
+
+HIDDEN_CODE = {"exec": "runs code from a string", "eval": "runs code from a string",
+               "compile": "runs code from a string", "__import__": "a module imported by name "
+               "at run time"}
+BY_NAME = ("getattr", "setattr", "delattr")  # flagged when the name is computed
 
 
 def _flags(tree: ast.Module, lesson: Lesson, answer: bool) -> list[str]:
@@ -119,10 +149,24 @@ def _flags(tree: ast.Module, lesson: Lesson, answer: bool) -> list[str]:
         if isinstance(node, ast.Call) and _is_name(node.func, "open") and node.args \
                 and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is int:
             flags.append("opens a raw file descriptor")
+        flags += _hidden(node)
         if isinstance(node, ast.FunctionDef):
             flags += _copied(node, lesson)
         flags += [f"replaces {name} (library code patched)" for name in _patched(node)]
     return flags
+
+
+def _hidden(node: ast.AST) -> list[str]:
+    """A flag for a call that hides what it runs or reaches: exec, eval, compile, __import__,
+    and getattr, setattr or delattr with an attribute name that is not written out."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        return []
+    name = node.func.id
+    if name in HIDDEN_CODE:
+        return [f"calls {name} ({HIDDEN_CODE[name]})"]
+    if name in BY_NAME and (len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)):
+        return [f"calls {name} with a computed attribute name (what it reaches is hidden)"]
+    return []
 
 
 def _names(node: ast.AST) -> list[str]:

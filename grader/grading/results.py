@@ -6,8 +6,14 @@ must look at: a submission that could not be graded, or one whose kernel showed 
 """
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
+
+
+def printable(text: str) -> str:
+    """``text`` as any file, page or database takes it: what cannot be written as UTF-8 (a lone
+    surrogate in a student's exception message or file name, say) becomes "?"."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def exercise_name(grade_id: str) -> str:
@@ -74,6 +80,15 @@ class Result:
         data = asdict(self) | {"outcome": self.outcome.value, "score": self.score,
                                "needs_human": self.needs_human}
         return json.dumps(data, indent=1)
+
+    def printable(self) -> "Result":
+        """This result with every text in it writable (see ``printable``)."""
+        exercises = tuple(replace(e, message=printable(e.message),
+                                  mistake=e.mistake and printable(e.mistake))
+                          for e in self.exercises)
+        return replace(self, reason=printable(self.reason), exercises=exercises,
+                       flags=tuple(printable(f) for f in self.flags),
+                       answers={printable(k): printable(v) for k, v in self.answers.items()})
 
     @classmethod
     def from_dict(cls, data: dict) -> "Result":

@@ -93,7 +93,11 @@ def _check_cell(cell) -> None:
         cell["source"] = source = "".join(source)
     if not isinstance(source, str):
         raise Ungradable("a cell's source is not text")
-    version = nbgrader_metadata(cell).get("schema_version", NBGRADER_SCHEMA_VERSION)
+    meta = nbgrader_metadata(cell)
+    if not isinstance(meta, dict) or not isinstance(meta.get("grade_id", ""), str):
+        raise Ungradable("a cell's nbgrader metadata is malformed (its grade_id is not text): "
+                         "the notebook was edited outside Jupyter")
+    version = meta.get("schema_version", NBGRADER_SCHEMA_VERSION)
     if version != NBGRADER_SCHEMA_VERSION:
         raise Ungradable(f"unknown nbgrader metadata version {version!r} in cell "
                          f"{nbgrader_metadata(cell).get('grade_id', '?')!r} (this grader reads "

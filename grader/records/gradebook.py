@@ -125,16 +125,20 @@ class Recorder:
         marker = key in self.collected.late
         with database.lock(self.url), warnings.catch_warnings():
             warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission warns
-            earlier = database.newest(self.book, [key]).get(key)
-            changed = earlier is not None and earlier["submission"] != handin.digest
-            submission = _write_grades(self.book, result, lesson, self.course, changed,
-                                       handin.timestamp)
-            self.book.db.flush()
-            set_penalty(self.book, submission, self.course, marker)
-            database.add_entry(self.book, *key, {
-                "recorded": datetime.now(UTC).isoformat(),
-                "submission": handin.digest}, marker, result.to_json())
-            self.book.db.commit()
+            try:
+                earlier = database.newest(self.book, [key]).get(key)
+                changed = earlier is not None and earlier["submission"] != handin.digest
+                submission = _write_grades(self.book, result, lesson, self.course, changed,
+                                           handin.timestamp)
+                self.book.db.flush()
+                set_penalty(self.book, submission, self.course, marker)
+                database.add_entry(self.book, *key, {
+                    "recorded": datetime.now(UTC).isoformat(),
+                    "submission": handin.digest}, marker, result.to_json())
+                self.book.db.commit()
+            except BaseException:
+                self.book.db.rollback()  # none of it, and the session goes on
+                raise
         self.recorded.append(result)
 
 

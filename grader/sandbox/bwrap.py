@@ -110,7 +110,7 @@ def check(disk: int) -> None:
         raise SandboxUnavailable(f"the Python environment lies where the sandbox puts its own "
                                  f"folders ({hidden[0]}; {INSIDE_RUNNER}, {INSIDE_SCRATCH})")
     probe = "import sys; sys.path.append(sys.argv[1]); import confinement as c; " \
-            "c.forbid_new_processes()"
+            "c.confine()"
     command = sandboxed([PYTHON, "-I", "-c", probe, str(INSIDE_RUNNER)], disk)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60,

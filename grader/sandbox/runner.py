@@ -13,9 +13,10 @@ each:
      "cells": [{"kind": "code", "source": "..."}, {"kind": "graded", "grade_id": "..."}, ...]}
 
 For each job it forks a fresh process, confined before any student code runs (``confinement``:
-resource limits, no new processes), that runs the code cells in order in an IPython shell (the
-engine inside ipykernel). The job's ``modules`` (name -> source: what the lesson's notebook may
-import from the package, see ``package.py``) are importable there as
+resource limits, no new processes or threads, no reaching other processes), that runs the code
+cells in order in an IPython shell (the engine inside ipykernel), on one thread. The job's
+``modules`` (name -> source: what the lesson's notebook may import from the package, see
+``package.py``) are importable there as
 ``attention_course.<name>``, from memory: the next job's lesson cannot see them. Where a
 graded cell stood, it stops and the grader judges: this process relays, as framed messages on
 stdout and stdin,
@@ -105,7 +106,26 @@ def prepare(scratch: Path, package_root: Path, own_pid_namespace: bool = False) 
     sys.path.insert(0, str(package_root))
     importlib.import_module("matplotlib.pyplot")  # once here, not once per submission
     observing = importlib.import_module("attention_course.checks.student.observing")
+    _on_one_thread()
     return Setup(scratch, own_pid_namespace, observing)
+
+
+def _on_one_thread() -> None:
+    """A submission's process may start no thread (``confinement``): torch runs on one, and
+    tqdm starts no monitor. So honest code never asks for a thread: torch's OpenMP would end
+    the process for want of the threads asked for, tqdm would warn. A submission that asks
+    torch for more threads is told that grading runs on one."""
+    import torch
+    from tqdm import std
+
+    std.tqdm.monitor_interval = 0
+    torch.set_num_threads(1)
+
+    def one_thread(n: int) -> None:
+        print(f"(grading runs on one thread: torch.set_num_threads({n}) has no effect)",
+              file=sys.stderr)
+
+    torch.set_num_threads = torch.set_num_interop_threads = one_thread
 
 
 # ---------------------------------------------------------------- in the forked process
@@ -203,7 +223,7 @@ def confine(job: dict, pipes: dict[int, int]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         confinement.limit_resources(**job["limits"])
-        confinement.forbid_new_processes()
+        confinement.confine()
     except (OSError, ValueError):
         os._exit(UNCONFINED)
 

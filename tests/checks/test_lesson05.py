@@ -225,11 +225,24 @@ def test_check_copy_accuracy_wants_the_lessons_model():
         check_copy_accuracy(nn.Linear(2, 2))
 
 
-def test_a_forged_record_of_huge_sizes_allocates_nothing_before_its_weights_match():
-    huge = torch.tensor([1024, 4096, 1024, 64, 1, 8192, 2, 1])  # one layer of 1024, 8192 MLP
+def test_a_forged_record_of_large_sizes_allocates_nothing_before_its_weights_match():
+    large = torch.tensor([64, 256, 128, 16, 1, 512, 2, 1])  # a large model it grades
     small = lesson_model().state_dict().values()
     with pytest.raises(ValueError, match="is not a tensor of shape"):
-        rebuild_model(huge, tuple(small))
+        rebuild_model(large, tuple(small))
+
+
+@pytest.mark.parametrize("key", ["vocab_size", "max_len", "d_model", "n_layers", "d_ff"])
+def test_a_record_of_a_model_larger_than_the_lesson_grades_is_refused_before_it_is_built(key):
+    """The grader rebuilds and runs the student's model in its own process: its sizes are
+    bounded first (a forged record of a 1024-wide, 16-layer model once cost it 1.9 GB)."""
+    from attention_course.checks.student.harness import CONFIG
+
+    sizes = dict.fromkeys(CONFIG, 1) | {"vocab_size": 11, "max_len": 21, "d_model": 32,
+                                       "n_heads": 2, "d_ff": 128}
+    sizes[key] = 10_000
+    with pytest.raises(ValueError, match=f"lesson 05 grades models of {key}"):
+        rebuild_model(torch.tensor([sizes[k] for k in CONFIG]), ())
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "none"])

@@ -29,6 +29,20 @@ FAMILIES = {
     "the interpreter's module table": "import sys\nsys.modules['x'] = None",
     "library code patched": "import torch\ntorch.Tensor.clone = lambda self: self",
     "how the shell runs or reports cells": "get_ipython().input_transformers_cleanup.append(f)",
+    "torch's dispatch machinery": "from torch.utils._python_dispatch import _pop_mode\n"
+                                  "_pop_mode()",
+    "an event loop (threads)": "import asyncio\nasyncio.to_thread(print)",
+    "a module imported by name at run time": "import importlib\n"
+                                             "m = importlib.import_module('s' + 'ys')",
+    "decoded data": "import base64\ncode = base64.b64decode('cHJpbnQoMSk=')",
+    "runs code from a string": "exec('print(1)')",
+    "with a computed attribute name": "import sys\nsetting = getattr(sys, 'set' + 'profile')",
+}
+# where IPython hides code from a plain reading: a magic's own line or body
+MAGIC_FAMILIES = {
+    "a profiling hook": "%%time\nimport sys\nsys.setprofile(None)",
+    "a tracing hook": "%%capture out\nimport sys\nsys.settrace(None)",
+    "runs code from a string": "%time exec('print(1)')",
 }
 
 
@@ -41,6 +55,16 @@ def flags_of(extra: str, lesson: str = LESSON, answers: dict | None = None) -> l
 def test_each_family_is_flagged(family):
     flags = flags_of(FAMILIES[family])
     assert any(family in flag for flag in flags), flags
+
+
+@pytest.mark.parametrize("family", MAGIC_FAMILIES)
+def test_code_inside_a_magic_is_read_as_code(family):
+    flags = flags_of(MAGIC_FAMILIES[family])
+    assert any(family in flag for flag in flags), flags
+
+
+def test_ordinary_getattr_and_magics_are_not_flagged():
+    assert flags_of("import torch\nrelu = getattr(torch, 'relu')\n%time x = 1 + 1") == []
 
 
 def test_ipython_syntax_and_ordinary_tools_are_not_flagged():

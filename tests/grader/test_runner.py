@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from attention_course.checks.student import observing, wire
 from grader.course import CheckCall, GradedCell
 from grader.grading import verdicts
+from helpers.answers import CORRECT
 
 SOFTMAX_CELL = GradedCell("check_softmax", 2.0, (CheckCall("check_softmax", ("softmax",), 0),
                                                  CheckCall("check_softmax", ("softmax",), 1)), "")
@@ -142,6 +143,36 @@ def test_a_default_dtype_changed_by_the_student_does_not_cost_points():
     assert result.passed, result.message
 
 
+SETTINGS = {"float64 by default": (lambda: torch.set_default_dtype(torch.float64),
+                                   lambda: torch.set_default_dtype(torch.float32)),
+            "gradients off": (lambda: torch.set_grad_enabled(False),
+                              lambda: torch.set_grad_enabled(True))}
+GRADED_CLASSES = {"check_multi_head_attention": ("multi_head_attention", 3.0),
+                  "check_tiled_attention": ("tiled_attention", 3.0),
+                  "check_rotary_multi_head_attention": ("rotary_multi_head_attention", 3.0)}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("check", GRADED_CLASSES)
+def test_torch_settings_a_demo_cell_changed_do_not_cost_points(setting, check):
+    """The student's objects are built and called under a fresh kernel's torch settings, where
+    the reference is computed, whatever the student's cells set (the harness builds a student's
+    class in the student's process: before this, in its default dtype)."""
+    exercise, points = GRADED_CLASSES[check]
+    cell = GradedCell(check, points, (CheckCall(check, ("answer",), 0),), "")
+    change, restore = SETTINGS[setting]
+
+    def answered_after_the_change(request: bytes) -> list[bytes]:  # the student's process
+        change()
+        try:
+            return observing.answer(request, {"answer": CORRECT[exercise][0]})
+        finally:
+            restore()
+
+    result = verdicts.judge_cell(cell, answered_after_the_change)
+    assert result.passed, result.message
+
+
 # ---------------------------------------------------------------- replies nobody honest sends
 
 def reply_with(*replies: bytes):
@@ -153,9 +184,9 @@ def deep(levels: int) -> bytes:
     return header + b"\n"
 
 
-def claimed_tensor(shape: list[int], blob: bytes = b"") -> bytes:
+def claimed_tensor(shape: list[int], blob: bytes = b"", copies: int = 1) -> bytes:
     observation = {"outputs": {"~": "tuple", "items": [
-        {"~": "tensor", "dtype": "float64", "shape": shape, "at": 0}]},
+        {"~": "tensor", "dtype": "float64", "shape": shape, "at": 0}] * copies},
         "error": None, "shortcuts": [], "modified_inputs": [], "grads": {"~": "dict", "items": {}}}
     return json.dumps({"value": {"~": "dict", "items": observation},
                        "blob": len(blob)}).encode() + b"\n" + blob
@@ -171,6 +202,10 @@ MALFORMED = {
     "an unknown dtype": claimed_tensor([2]).replace(b"float64", b"object"),
     "a value that is not an observation": wire.dumps([1, 2, 3]),
     "fields of the wrong types": wire.dumps({"outputs": 5, "error": None, "shortcuts": [],
+                                             "modified_inputs": [], "grads": {}}),
+    "1000 tensors sharing one MiB": claimed_tensor([2**17], bytes(2**20), copies=1000),
+    "an observation of two MiB": wire.dumps({"outputs": None, "error": None,
+                                             "shortcuts": ["torch.softmax"] * 150_000,
                                              "modified_inputs": [], "grads": {}}),
 }
 

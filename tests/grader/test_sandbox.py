@@ -96,35 +96,60 @@ def test_the_scratch_space_is_bounded():
 
 
 CONFINED = """
-import json, os, subprocess, sys, threading
+import ctypes, json, os, resource, signal, subprocess, sys, threading
 sys.path.insert(0, {grader!r})
-from confinement import forbid_new_processes, limit_resources
+from confinement import confine, limit_resources
+parent = os.getppid()
 limit_resources(memory=2**31, cpu_seconds=60, file_size=2**20, open_files=64)
-forbid_new_processes()
+confine()
+libc = ctypes.CDLL(None, use_errno=True)
+
+def shmget():
+    if libc.shmget(0, 4096, 0o1600) < 0:  # IPC_PRIVATE, IPC_CREAT | 0600
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
 seen = {{}}
-for name, attempt in [("fork", os.fork), ("subprocess", lambda: subprocess.run(["true"])),
-                      ("allocation", lambda: bytes(2**32)),
-                      ("big file", lambda: open("{big}", "wb").write(bytes(2**21)))]:
+for name, attempt in [
+        ("fork", os.fork), ("subprocess", lambda: subprocess.run(["true"])),
+        ("thread", lambda: threading.Thread(target=print).start()),
+        ("allocation", lambda: bytes(2**32)),
+        ("big file", lambda: open("{big}", "wb").write(bytes(2**21))),
+        ("shared memory", shmget),
+        ("signal to the parent", lambda: os.kill(parent, 0)),
+        ("signal to everyone", lambda: os.kill(-1, 0)),
+        ("the parent's limits", lambda: resource.prlimit(parent, resource.RLIMIT_NOFILE,
+                                                          (1, 1))),
+        ("the parent's priority", lambda: os.setpriority(os.PRIO_PROCESS, parent, 19)),
+        ("the parent's CPUs", lambda: os.sched_setaffinity(parent, {{0}})),
+        ("its own signal", lambda: os.kill(os.getpid(), 0)),
+        ("its own group's signal", lambda: os.kill(-os.getpid(), 0)),
+        ("its own limits", lambda: resource.prlimit(0, resource.RLIMIT_NOFILE, (32, 64))),
+        ("its own priority", lambda: os.setpriority(os.PRIO_PROCESS, 0, 5)),
+        ("its own CPUs", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))]:
     try:
         attempt()
         seen[name] = "allowed"
-    except (OSError, MemoryError) as err:
+    except (OSError, MemoryError, RuntimeError) as err:
         seen[name] = type(err).__name__
-thread = threading.Thread(target=lambda: seen.setdefault("thread", "ran"))
-thread.start()
-thread.join()
 print(json.dumps(seen))
 """
 
 
-def test_a_confined_process_starts_threads_but_no_processes_and_stays_in_its_limits(tmp_path):
+def test_a_confined_process_reaches_no_other_process_and_stays_in_its_limits(tmp_path):
+    """No new process or thread, no signal, limit, priority or CPU set of another process, no
+    System V shared memory; what concerns itself alone still works."""
     code = CONFINED.format(grader=str(ROOT / "grader" / "sandbox"), big=tmp_path / "big")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert json.loads(done.stdout) == {"fork": "PermissionError",
-                                       "subprocess": "PermissionError",
-                                       "allocation": "MemoryError", "big file": "OSError",
-                                       "thread": "ran"}
+    done = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group, as a submission has
+    out, _ = done.communicate(timeout=60)
+    assert json.loads(out) == {
+        "fork": "PermissionError", "subprocess": "PermissionError", "thread": "RuntimeError",
+        "allocation": "MemoryError", "big file": "OSError", "shared memory": "PermissionError",
+        "signal to the parent": "PermissionError", "signal to everyone": "PermissionError",
+        "the parent's limits": "PermissionError", "the parent's priority": "PermissionError",
+        "the parent's CPUs": "PermissionError", "its own signal": "allowed",
+        "its own group's signal": "allowed", "its own limits": "allowed",
+        "its own priority": "allowed", "its own CPUs": "allowed"}
 
 
 def test_a_python_environment_below_tmp_keeps_tmp_read_only(monkeypatch):

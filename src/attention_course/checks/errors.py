@@ -67,6 +67,12 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "of H // G consecutive query heads. Give every query head its key/value head "
                "(repeat each of the G heads H // G times in place, along the head axis), or "
                "give the query a group axis, before the products."),
+    KnownError(frozenset({"tiled_attention"}), r"^NotTiled: .* a row for every one of the S",
+               "every key at once, a block of queries at a time",
+               "Cutting the queries into blocks still builds, for each block, its scores against "
+               "every key. Tiled attention cuts the keys: for each block of block_size keys, "
+               "compute every query's scores against that block only, and fold them into each "
+               "query's running max, sum and output (the online softmax)."),
     KnownError(frozenset({"tiled_attention"}), r"^NotTiled: ",
                "the whole (T, S) score matrix computed at once",
                "Tiled attention never holds every query's scores against every key: take the "

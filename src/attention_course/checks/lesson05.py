@@ -348,8 +348,11 @@ def check_copy_task_loss(fn, seed: int = 0) -> None:
 
 COPY_TASK = CopyTask(seq_len=10, vocab_size=10)
 HELD_OUT_SEED, HELD_OUT_SEQUENCES, TARGET_ACCURACY = 2024, 1000, 0.99
-MODEL_LIMITS = {"vocab_size": 1024, "max_len": 4096, "d_model": 1024, "n_heads": 64,
-                "n_layers": 16, "d_ff": 8192, "positions": 2, "scale_tokens": 1}
+# The largest model the grader rebuilds and runs on the held-out sequences, in its own process:
+# four times the lesson's in every size (d_model 32, one layer, d_ff 128), so that judging one
+# takes a second and some megabytes, whatever a record claims.
+MODEL_LIMITS = {"vocab_size": 64, "max_len": 256, "d_model": 128, "n_heads": 16,
+                "n_layers": 4, "d_ff": 512, "positions": 2, "scale_tokens": 1}
 STILL_LEARNING = (
     "Did training reach its target? If train stopped below it, train further in a new cell, "
     "history = train(model, task, copy_task_loss, TrainConfig(seed=1)), and run this check "
@@ -362,8 +365,10 @@ def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransforme
     the recorded weights. It is laid out on the meta device first: memory is taken only once
     the recorded weights (whose size the grader bounds) have the shapes the sizes claim."""
     sizes = dict(zip(CONFIG, (int(n) for n in config.tolist()), strict=True))
-    if any(not 0 <= sizes[key] <= limit for key, limit in MODEL_LIMITS.items()):
-        raise ValueError(f"model sizes out of range: {sizes}")
+    for key, limit in MODEL_LIMITS.items():
+        if not 0 <= sizes[key] <= limit:
+            raise ValueError(f"its {key} is {sizes[key]}: lesson 05 grades models of {key} "
+                             f"{limit} at most")
     positions = {code: name for name, code in POSITION_CODES.items()}[sizes.pop("positions")]
     scale_tokens = bool(sizes.pop("scale_tokens"))
     with torch.device("meta"):

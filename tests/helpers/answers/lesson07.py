@@ -384,6 +384,22 @@ def tiled_in_one_piece(query, key, value, is_causal=False, scale=None, block_siz
     return torch.softmax(scores, dim=-1) @ value
 
 
+def tiled_over_queries(query, key, value, is_causal=False, scale=None, block_size=64):
+    """Right numbers and never the whole (T, S) matrix, but one block of queries at a time
+    against every key, with an ordinary softmax: no online softmax at all."""
+    T, S = query.shape[-2], key.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    rows = []
+    for start in range(0, T, block_size):
+        q = query[..., start:start + block_size, :]
+        scores = q @ key.transpose(-2, -1) * scale  # (..., b, S): every key at once
+        if is_causal:
+            position = torch.arange(start, start + q.shape[-2])[:, None] + S - T
+            scores = scores.masked_fill(torch.arange(S) > position, NEG_INF)
+        rows.append(torch.softmax(scores, dim=-1) @ value)
+    return torch.cat(rows, dim=-2)
+
+
 def cached_on_the_heads(query, key, value, past_key=None, past_value=None):
     key, value = torch.cat([past_key, key], 1), torch.cat([past_value, value], 1)
     return cached_by_manual_softmax(query, key, value)
@@ -399,4 +415,5 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
     ("grouped_query_attention", gqa_repeating_by_the_group_count,
      "key/value heads not lined up with the query heads"),
     ("tiled_attention", tiled_in_one_piece, "the whole (T, S) score matrix computed at once"),
+    ("tiled_attention", tiled_over_queries, "every key at once, a block of queries at a time"),
 ]

@@ -47,21 +47,27 @@ class NotTiled(RuntimeError):
 class WithinBlocks:
     """The student's tiled attention function, stopped with ``NotTiled`` the moment it creates
     a tensor larger than twice its largest input and than twice a (T, block) slice of scores
-    (with Dv or D in place of the block where wider): tiled attention never needs one, while the
-    (T, S) scores of attention in one piece are larger here. Views and in-place results are no
-    new tensors."""
+    (with Dv or D in place of the block where wider), or, where S > block and T != S, a
+    floating-point one whose last axis spans all S keys (as scores of a block of queries against
+    every key do) and that is no copy of an input: tiled attention reads one block of keys at a
+    time and never needs either, while attention in one piece, or one block of queries at a
+    time, does. A bool mask over every key is allowed; views and in-place results are no new
+    tensors."""
 
     def __init__(self, fn):
         self.fn = fn
 
     def __call__(self, query, key, value, *args, **kwargs):
         tensors = [a for a in (query, key, value) if isinstance(a, torch.Tensor)]
-        limit = 2 * max([a.numel() for a in tensors], default=0)
+        limit, every_key = 2 * max([a.numel() for a in tensors], default=0), None
         if len(tensors) == 3 and query.ndim >= 2 and key.ndim >= 2 and "block_size" in kwargs:
             batch = max(query[..., 0, 0].numel(), key[..., 0, 0].numel())  # B * H, say
             widest = max(kwargs["block_size"], query.shape[-1], value.shape[-1])
             limit = max(limit, 2 * batch * query.shape[-2] * widest)  # rows times a block
-        with _SizeLimit(limit):
+            T, S = query.shape[-2], key.shape[-2]
+            if S > kwargs["block_size"] and T != S:
+                every_key = S
+        with _SizeLimit(limit, every_key, {a.numel() for a in tensors}):
             return self.fn(query, key, value, *args, **kwargs)
 
 
@@ -70,20 +76,28 @@ class _SizeLimit(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         return False  # nothing here is compiled: no wrapper, which would import torch._dynamo
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, every_key: int | None = None, copies: set[int] = frozenset()):
         super().__init__()
-        self.limit = limit
+        self.limit, self.every_key, self.copies = limit, every_key, copies
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         outputs = out if isinstance(out, tuple | list) else (out,)
         for described, result in zip(func._schema.returns, outputs, strict=False):
-            if (described.alias_info is None and isinstance(result, torch.Tensor)
-                    and result.numel() > self.limit):
+            if described.alias_info is not None or not isinstance(result, torch.Tensor):
+                continue
+            if result.numel() > self.limit:
                 raise NotTiled(
                     f"a tensor of shape {tuple(result.shape)} ({result.numel()} numbers) was "
                     f"created, more than tiled attention ever needs here ({self.limit}): it "
                     f"holds one block of scores at a time, never the whole (T, S) matrix")
+            if (self.every_key is not None and result.is_floating_point() and result.ndim
+                    and result.shape[-1] == self.every_key and result.numel() not in self.copies):
+                raise NotTiled(
+                    f"a tensor of shape {tuple(result.shape)} was created, a row for every one "
+                    f"of the S = {self.every_key} keys: tiled attention reads the keys one "
+                    f"block at a time, so no score row it builds spans all of them (a loop "
+                    f"over blocks of queries still reads every key at once)")
         return out
 
 

@@ -6,7 +6,8 @@ of the mistakes: under the grader it runs in the student's process, where neithe
 its case ran), and its ``Observation`` (plain tensors and strings) is judged elsewhere.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -118,17 +119,27 @@ def answer(request: bytes, namespace: dict) -> list[bytes]:
     inputs, cases = tuple(asked["inputs"]), [Case(**case) for case in asked["cases"]]
     forbidden = Forbidden(builtin_names=frozenset(asked["forbidden"]["builtins"]),
                           function_names=frozenset(asked["forbidden"]["functions"]))
-    try:
-        student = _student(asked["student"], namespace)
-    except Exception as err:  # not defined, or it cannot be built
-        failed = Observation(error=f"{type(err).__name__}: {err}"[:2000])
-        return [wire.dumps(vars(failed), lenient=True) for _ in cases]
-    parameters = getattr(student, "probe_parameters", None)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)  # as in a fresh kernel, where the reference runs
-    try:
+    with fresh_torch():
+        try:
+            student = _student(asked["student"], namespace)
+        except Exception as err:  # not defined, or it cannot be built
+            failed = Observation(error=f"{type(err).__name__}: {err}"[:2000])
+            return [wire.dumps(vars(failed), lenient=True) for _ in cases]
+        parameters = getattr(student, "probe_parameters", None)
         return [wire.dumps(vars(observe(inputs, forbidden, student, case, parameters)),
                            lenient=True) for case in cases]
+
+
+@contextmanager
+def fresh_torch() -> Iterator[None]:
+    """torch's global settings as a fresh kernel has them, where the reference is computed,
+    whatever the student's cells set (float64 by default, gradients off in a demo cell): the
+    default dtype float32 and device the CPU, gradients on, no inference mode."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.device("cpu"), torch.enable_grad(), torch.inference_mode(False):
+            yield
     finally:
         torch.set_default_dtype(default)
 

@@ -8,9 +8,13 @@ where a tree is JSON (null, booleans, numbers, strings, lists, objects with stri
 few tagged objects: ``{"~": "tensor", "dtype": "float32", "shape": [2, 3], "at": 0}``, a tuple,
 a dtype, a device, and ``{"~": "other", "type": "Foo"}`` for anything else the student's code
 returned (judged by its type name alone). Reading a message never runs code, never unpickles,
-and checks every size against the bytes that are actually there before it allocates anything.
+and checks every size against the bytes that are actually there before it allocates anything:
+the header is at most ``MAX_HEADER`` bytes, and the tensors together claim at most the bytes
+that follow it, each byte once (no two tensors may share them), so what a message becomes in
+memory is bounded by its length.
 """
 
+import functools
 import json
 import math
 
@@ -21,6 +25,7 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
     torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
 MAX_DIMS = 16
+MAX_HEADER = 1 << 20  # an honest message's JSON is a few kilobytes: the data is in the blob
 PLAIN = (bool, int, float, str, type(None))
 
 
@@ -68,18 +73,35 @@ def _tree(value, blob: bytearray, lenient: bool):
 def loads(data: bytes):
     """The value of a message; ``Malformed`` for anything else, never another exception."""
     header, newline, blob = bytes(data).partition(b"\n")
+    if len(header) > MAX_HEADER:
+        raise Malformed(f"a header of {len(header):,} bytes (at most {MAX_HEADER:,})")
     try:
         message = json.loads(header)
         if not newline or type(message) is not dict or message.get("blob") != len(blob):
             raise Malformed("the message's length does not match what it announces")
-        return _value(message["value"], memoryview(blob))
+        return _value(message["value"], _Blob(memoryview(blob)))
     except Malformed:
         raise
     except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as err:
         raise Malformed(f"{type(err).__name__}: {str(err)[:200]}") from None
 
 
-def _value(tree, blob: memoryview):
+class _Blob:
+    """The bytes after the header, handed out once each."""
+
+    def __init__(self, data: memoryview):
+        self.data, self.claimed = data, 0
+
+    def take(self, at: int, size: int) -> memoryview:
+        if not 0 <= at <= len(self.data) or size > len(self.data) - at:
+            raise Malformed(f"a tensor claims bytes {at}..{at + size} of {len(self.data)} sent")
+        self.claimed += size
+        if self.claimed > len(self.data):
+            raise Malformed("the tensors claim more bytes than were sent (some share them)")
+        return self.data[at:at + size]
+
+
+def _value(tree, blob: _Blob):
     if type(tree) in PLAIN:
         return tree
     if type(tree) is list:
@@ -98,20 +120,22 @@ def _value(tree, blob: memoryview):
     if kind == "device":
         return torch.device(_of(tree["name"], str)[:32])
     if kind == "other":  # stands in for the student's non-tensor: judged by its type name
-        return type(_of(tree["type"], str)[:100] or "object", (), {})()
+        return _stand_in(_of(tree["type"], str)[:100] or "object")()
     raise Malformed(f"unknown kind {kind!r}")
 
 
-def _tensor(tree: dict, blob: memoryview) -> Tensor:
+@functools.cache
+def _stand_in(name: str) -> type:
+    return type(name, (), {})
+
+
+def _tensor(tree: dict, blob: _Blob) -> Tensor:
     dtype = _dtype(tree["dtype"])
     shape = _of(tree["shape"], list)
     if len(shape) > MAX_DIMS or any(type(n) is not int or n < 0 for n in shape):
         raise Malformed(f"bad shape {shape[:MAX_DIMS + 1]}")
-    at = _of(tree["at"], int)
     size = math.prod(shape) * dtype.itemsize  # exact: Python integers
-    if not 0 <= at <= len(blob) or size > len(blob) - at:
-        raise Malformed(f"a tensor of shape {shape} claims more bytes than were sent")
-    raw = bytearray(blob[at:at + size])  # a copy: the tensor owns its memory
+    raw = bytearray(blob.take(_of(tree["at"], int), size))  # a copy: the tensor owns its memory
     flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
     return flat.view(dtype).reshape(shape)
 
