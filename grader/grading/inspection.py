@@ -17,6 +17,7 @@ import functools
 import importlib
 import inspect
 import textwrap
+from collections.abc import Iterator
 
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
@@ -59,15 +60,47 @@ CLOSER_TO_THE_REFERENCE = 0.05  # ... and by how much closer to it than to the u
 SHORTEST_COMPARED = 12  # answers shorter than this many tokens look alike when right
 
 
+def as_run(source: str) -> str:
+    """A cell's code as the kernel runs it, for comparing cells: its syntax tree after IPython's
+    transformations (a magic becomes a call whose arguments count); for a cell that does not
+    parse, its text with line endings made ``\\n`` and spaces at the ends of lines left out."""
+    return _as_run(source, _parse(_newlines(source)))
+
+
+def _newlines(source: str) -> str:
+    """Line endings as Python reads them: ``\\r\\n`` and ``\\r`` are ``\\n``."""
+    return source.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _as_run(source: str, tree: ast.Module | None) -> str:
+    if tree is not None:
+        return ast.dump(tree)
+    lines = _newlines(source).split("\n")
+    return "not Python: " + "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+@functools.cache
+def released_code(lesson: str) -> frozenset[str]:
+    """Every code cell of the released notebook, as run: what is not the student's."""
+    return frozenset(as_run(source) for source in released_source(lesson))
+
+
+def _students_cells(notebook: nbformat.NotebookNode, lesson: Lesson) -> Iterator:
+    """(cell, its syntax tree or None) of every code cell the student wrote or changed."""
+    released = released_code(lesson.name)
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        tree = _parse(_newlines(cell.source))
+        if _as_run(cell.source, tree) not in released:
+            yield cell, tree
+
+
 def inspect_submission(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[str]:
     """Flags for a human, from the student's own cells of ``notebook`` (the first
     ``MOST_FLAGS`` different ones)."""
-    released = released_source(lesson.name)
     flags: dict[str, None] = {}  # in order, once each
-    for cell in notebook.cells:
-        if cell.cell_type != "code" or cell.source in released:
-            continue
-        tree = _parse(cell.source)
+    for cell, tree in _students_cells(notebook, lesson):
         answer = bool(nbgrader_metadata(cell).get("solution"))
         for flag in _flags(tree, lesson, answer) if tree is not None else ():
             flags[flag] = None
@@ -79,13 +112,9 @@ def inspect_submission(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[
 def answer_tokens(notebook: nbformat.NotebookNode, lesson: Lesson) -> dict[str, str]:
     """The student's answer to each exercise of ``lesson`` (its function, or its class's
     ``forward``) as tokens that renaming does not change, for comparing students."""
-    released = released_source(lesson.name)
     wanted = _reference_tokens(lesson.name)
     answers = {}
-    for cell in notebook.cells:
-        if cell.cell_type != "code" or cell.source in released:
-            continue
-        tree = _parse(cell.source)
+    for _, tree in _students_cells(notebook, lesson):
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.FunctionDef) and _answer_name(node) in wanted:
                 answers[_answer_name(node)] = " ".join(_tokens(node))

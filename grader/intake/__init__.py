@@ -13,6 +13,13 @@ read, each notebook's lesson taken from its content (``candidates``, ``lessons``
 notebook's student, from the roster or the LMS (``identify``, ``students``); the newest notebook
 per student and lesson written (``submitted``), and what was collected from where kept in the
 workspace (``manifest``).
+
+Collect holds little in memory whatever a download says: every file is read a chunk at a time
+up to a limit, and the download as a whole up to a budget (``download``); a notebook is held
+only while its hash and lesson are read, and read again as it is written. A notebook without
+the lesson's nbgrader cells (a blank ``Untitled.ipynb``, a file saved halfway) never replaces
+one with them (``submitted``), and a folder of nbgrader's exchange must belong to the student it
+names (``formats/exchange``).
 """
 
 from pathlib import Path
@@ -21,7 +28,7 @@ from ..course import lesson_names
 from ..workspace import Workspace
 from . import formats
 from .candidates import read_files
-from .download import download_hash, opened
+from .download import opened
 from .errors import CollectError, Skip
 from .identify import identify, no_notebook
 from .manifest import Collected, Manifest
@@ -47,18 +54,19 @@ def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
     if not source.exists():
         raise CollectError(f"{source} does not exist")
     manifest = Manifest.load(workspace)
-    digest = download_hash(source)
-    if digest in manifest.archives and not again:
-        seen = manifest.archives[digest]
-        label = formats.BY_NAME.get(seen.get("format"), formats.Files).label
-        return Collection(source.name, label, [],
-                          already=f"on {seen['collected']} as {seen['name']}")
-    with opened(source) as entries:
+    with opened(source) as download:
+        digest = download.hash()
+        if digest in manifest.archives and not again:
+            seen = manifest.archives[digest]
+            label = formats.BY_NAME.get(seen.get("format"), formats.Files).label
+            return Collection(source.name, label, [],
+                              already=f"on {seen['collected']} as {seen['name']}")
+        entries = download.entries
         kind = formats.detect(entries) if fmt == "auto" else formats.BY_NAME[fmt]
         read = read_files(kind(entries, lessons), lesson)
-    identify(read.candidates, read.others, roster, manifest)
-    winners = newest(read.candidates, manifest, workspace)
-    no_notebook(read.candidates, read.others)
-    if not dry_run:
-        write(winners, workspace, manifest, digest, source.name, kind.name)
+        identify(read.candidates, read.others, roster, manifest)
+        winners = newest(read.candidates, manifest, workspace)
+        no_notebook(read.candidates, read.others)
+        if not dry_run:  # the winners are read from the download again as they are written
+            write(winners, workspace, manifest, digest, source.name, kind.name)
     return Collection(source.name, kind.label, read.rows, dry_run=dry_run)

@@ -4,16 +4,22 @@ A notebook's lesson is read from its content (``lessons``); a group submission g
 candidate per member; a student's own zip inside the download is unpacked as that student's
 files, never read for other students' names. Files that are not notebooks are kept with their
 students, so that a student whose files are all ignored gets a row saying so.
+
+A notebook is read once, a chunk at a time up to ``MAX_NOTEBOOK_BYTES`` (``download``), for its
+hash and its lesson, then let go: a candidate keeps neither its bytes nor its JSON, and the one
+written is read from the download again (``submitted``). A student's zip is copied to a
+temporary file, at most ``MAX_NESTED_ZIP_BYTES`` and ``MAX_NESTED_ENTRIES`` files, and read from
+there as the download is.
 """
 
 import dataclasses
 import hashlib
-import io
 import zipfile
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .download import Entry, is_junk, zip_entries
+from .download import Entry, is_junk, open_zip, spooled, zip_entries
 from .errors import CollectError, Skip
 from .formats import Format, Found
 from .lessons import lesson_named, lesson_of
@@ -23,24 +29,22 @@ from .table import Row, short
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_NESTED_ZIP_BYTES = 256 << 20
 MAX_NESTED_ENTRIES = 1000
+UNREADABLE = (zipfile.BadZipFile, OSError, RuntimeError, ValueError, EOFError, zlib.error)
 
 
 @dataclass
 class Candidate:
-    """A notebook of the download for one student."""
+    """A notebook of the download for one student: where it is and what it is, not its bytes."""
 
     entry: Entry
-    data: bytes
+    sha256: str
     identity: Identity
     found: Found
     row: Row
     lesson: str | None = None
+    holds_cells: bool = False  # it holds the lesson's nbgrader cells (its lesson is by content)
     student: str | None = None
     how: str = ""
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
 
     @property
     def order(self) -> tuple:
@@ -101,19 +105,20 @@ def _read_file(entry: Entry, fmt: Format, row: Row, read: Read, lesson: str | No
 def _candidates(entry: Entry, found: Found, row: Row, rows: list[Row],
                 lesson: str | None) -> list[Candidate]:
     """One candidate per submitter of a notebook (a group submission has several)."""
-    if entry.size > MAX_NOTEBOOK_BYTES:
-        row.skip(f"{entry.size >> 20} MiB: larger than a notebook can be "
-                 f"({MAX_NOTEBOOK_BYTES >> 20} MiB)")
-        return []
     try:
-        data = entry.read()
-    except (zipfile.BadZipFile, OSError, RuntimeError, ValueError) as err:
+        data = entry.read(MAX_NOTEBOOK_BYTES, "a notebook")
+    except Skip as why:
+        row.skip(str(why))
+        return []
+    except UNREADABLE as err:
         row.skip(f"cannot be read from the download ({err})")
         return []
+    sha256 = hashlib.sha256(data).hexdigest()
     found.time = found.time or entry.time
     if found.time and not found.time_from:
         found.time_from = entry.time_kind
-    of_lesson = _lesson(data, found, row, lesson)
+    of_lesson, by_content = _lesson(data, found, row, lesson)
+    del data  # a candidate keeps where its notebook is, not its bytes
     if of_lesson is None:
         return []
     result = []
@@ -123,33 +128,35 @@ def _candidates(entry: Entry, found: Found, row: Row, rows: list[Row],
             rows.insert(rows.index(row) + index, mine)
         mine.lesson = of_lesson
         mine.submitted = short(found.time) + (" LATE" if found.late else "")
-        result.append(Candidate(entry, data, identity, found, mine, of_lesson))
+        result.append(Candidate(entry, sha256, identity, found, mine, of_lesson, by_content))
     return result
 
 
-def _lesson(data: bytes, found: Found, row: Row, lesson: str | None) -> str | None:
-    """The notebook's lesson, by content; None (the row skipped) if it has none."""
+def _lesson(data: bytearray, found: Found, row: Row,
+            lesson: str | None) -> tuple[str | None, bool]:
+    """(the notebook's lesson, whether its content says so); None (the row skipped) if it
+    has none."""
     content = lesson_of(data)
     if content.lesson is not None:
         if lesson is not None and content.lesson != lesson:
             row.lesson = content.lesson
             row.skip(f"holds lesson {content.lesson}, not {lesson} (--lesson)")
-            return None
+            return None, True
         if content.note:
             row.details.append(content.note)
-        return content.lesson
-    if content.graded:
-        row.skip(f"matches no lesson: {content.problem}")
-        return None
+        return content.lesson, True
+    if content.graded or content.refused:
+        row.skip(content.problem if content.refused else f"matches no lesson: {content.problem}")
+        return None, False
     named = lesson or lesson_named(found.original, row.file)
     if named is None:
         row.skip(f"{content.problem}, and neither --lesson nor its name says which lesson")
-        return None
+        return None, False
     by = "--lesson" if lesson else "its file name"
     row.details.append(f"{content.problem}: lesson from {by}" +
                        ("; grading will say what is wrong with it" if not content.readable
                         else ""))
-    return named
+    return named, False
 
 
 def _nested(entry: Entry, found: Found, row: Row, read: Read, lesson: str | None) -> None:
@@ -159,13 +166,14 @@ def _nested(entry: Entry, found: Found, row: Row, read: Read, lesson: str | None
     if len(entry.order) > 1:
         row.details.insert(0, "a zip inside a zip: not unpacked")
         return
-    if entry.size > MAX_NESTED_ZIP_BYTES:
-        row.details.insert(0, f"a zip of {entry.size >> 20} MiB: not unpacked")
-        return
     try:
-        inner = zipfile.ZipFile(io.BytesIO(entry.read()))
-        inner_entries = zip_entries(inner, entry.order)
-    except (zipfile.BadZipFile, OSError, RuntimeError, ValueError) as err:
+        file = spooled(entry, MAX_NESTED_ZIP_BYTES, "a student's zip")
+        inner = entry.reading.open.enter_context(open_zip(file, "the zip"))
+        inner_entries = zip_entries(inner, entry.reading, entry.order)
+    except (Skip, CollectError) as why:
+        row.details.insert(0, f"not unpacked: {why}")
+        return
+    except UNREADABLE as err:
         row.details.insert(0, f"a zip that cannot be opened ({err})")
         return
     inner_entries = [e for e in inner_entries if not is_junk(e.path)]

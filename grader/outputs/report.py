@@ -8,9 +8,16 @@ each student was and the penalty; the page adds the statistics a teacher acts on
 lesson, pass rate per exercise, the most frequent named mistakes), what needs a human, answers
 that look alike, scores set by hand and lateness. The page is laid out by
 templates/report.html.j2; it embeds its plots as PNG data URIs and loads nothing from anywhere.
+
+Every CSV the grader writes goes through ``write_csv``, which keeps a spreadsheet from running
+any cell as a formula (OWASP's rule against CSV injection): a student's name or id from an LMS
+that starts with ``=``, ``+``, ``-``, ``@``, a tab, a carriage return or a NUL (after spaces,
+too, and in their full-width forms) gets a single quote before it, so it is shown as the text
+it is. A number the grader writes, a negative penalty included, is left a number.
 """
 
 import csv
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,9 +60,22 @@ def grade_rows(lessons: Lessons, grades: Standings) -> list[list[str]]:
     return rows
 
 
+FORMULA_STARTS = frozenset("=+-@\t\r\0＝＋－＠")  # what makes a cell a formula
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")  # as format_points writes one
+
+
+def spreadsheet_text(cell: object) -> str:
+    """A CSV cell that a spreadsheet shows and never runs (see the module docstring)."""
+    text = str(cell)
+    if NUMBER.fullmatch(text):
+        return text
+    starts = text[:1] + text.lstrip(" \n")[:1]
+    return "'" + text if FORMULA_STARTS.intersection(starts) else text
+
+
 def write_csv(path: Path, rows: list[list[str]]) -> Path:
     with path.open("w", newline="", encoding="utf-8") as file:
-        csv.writer(file).writerows(rows)
+        csv.writer(file).writerows([spreadsheet_text(cell) for cell in row] for row in rows)
     return path
 
 

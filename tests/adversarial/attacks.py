@@ -564,6 +564,32 @@ profiler.enable()  # and never disabled: every later cell is profiled
 """
 
 
+def untitled() -> bytes:
+    """What JupyterLab's "New notebook" saves: nothing of the lesson, no nbgrader cells."""
+    return nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")])).encode()
+
+
+def with_a_stray(student: str, stray: Callable[[], bytes]) -> Callable:
+    """A correct notebook and, after it in the same download, another notebook the student
+    handed in (a zip of one time for all: the later in the download counts as the newer)."""
+    return lambda target: {f"{student}_{LESSON}.ipynb": valid_bytes(),
+                           f"{student}_Untitled.ipynb": stray()}
+
+
+def windows_line_endings(cells):
+    """Every cell saved by an editor that ends lines with CR LF."""
+    for cell in cells:
+        cell.source = cell.source.replace("\n", "\r\n")
+    return cells
+
+
+def setup_changed(cells):
+    """The Colab setup cell (which reads sys.modules) with code of the student's, CR LF."""
+    setup = next(c for c in cells if "google.colab" in c.source)
+    setup.source = (setup.source + '\nprint(len(sys.modules), "modules")').replace("\n", "\r\n")
+    return cells
+
+
 def many_slow_cells():
     node = notebook(True)
     node.cells[3:3] = [nbformat.v4.new_code_cell(MANY_SLOW_CELLS) for _ in range(10)]
@@ -666,8 +692,8 @@ ATTACKS = [
            READS_PIPES, outcome="crashed", shows="stdin: b''"),
     attack("locks-its-folders", "leaves folders no one may enter or change",
            LOCKS_ITS_FOLDERS),
-    attack("kills-the-runner", "kills the process that supervises it", KILLS_RUNNER,
-           outcome="crashed"),
+    attack("kills-the-runner", "tries to kill the process that supervises it, and everyone",
+           KILLS_RUNNER, shows="Operation not permitted"),
     attack("control-after-killer", "a correct submission, right after the killer",
            correct=True),
     attack("empties-forbidden", "built-in answers, the shortcut rule's list emptied",
@@ -714,4 +740,13 @@ ATTACKS = [
            correct=True, needs_human=False),
     attack("correct-autoreload", "correct, with %autoreload", "%load_ext autoreload\n%autoreload 2",
            correct=True, needs_human=False),
+    Attack("stray-untitled", "correct, and a blank Untitled.ipynb after it in the download",
+           with_a_stray("stray-untitled", untitled), score=FULL, needs_human=False),
+    Attack("stray-half-saved", "correct, and a copy saved halfway (not JSON) after it",
+           with_a_stray("stray-half-saved", lambda: valid_bytes()[:5000]), score=FULL,
+           needs_human=False),
+    attack("correct-crlf", "correct, every cell saved with Windows line endings", correct=True,
+           build=edited(True, windows_line_endings), needs_human=False),
+    attack("crlf-setup-changed", "the setup cell's code changed, saved with Windows line endings",
+           build=edited(False, setup_changed), needs_human=True),
 ]

@@ -17,7 +17,7 @@ from grader.course import ROOT, lesson_names
 from grader.intake.errors import Skip
 from grader.intake.students import folder_id, name_variants, squash
 from grader.timestamps import TIMESTAMP_FORMAT, parse_time
-from grader.workspace import Workspace
+from grader.workspace import Workspace, folder_digest
 
 L01, L02 = lesson_names()[:2]
 T1, T2, T3 = (2024, 3, 1, 9, 0, 0), (2024, 3, 2, 9, 0, 0), (2024, 3, 3, 9, 0, 0)
@@ -318,6 +318,8 @@ def test_nbgrader_exchange_inbound_keeps_the_newest_with_its_timestamp(tmp_path,
         assert kept.read_text() == f"secret of {who}"
     first = "s07+02_scaled_dot_product+2024-03-01 10:00:00.000000 UTC+4f2a9c/"
     assert cell(row(out, first + "02_scaled_dot_product.ipynb"), "superseded")
+    # known by the same hash as before collect read folders a chunk at a time
+    assert folder_digest(inbound) in json.loads(workspace.manifest.read_text())["archives"]
 
 
 # ---------------------------------------------------------------- this course's own naming
@@ -506,3 +508,84 @@ def test_times_are_written_as_nbgrader_reads_them():
     text = when.strftime(TIMESTAMP_FORMAT)
     assert text == "2024-03-01 18:15:30.123456 UTC"
     assert parse_time(text) == when
+
+
+# ---------------------------------------------------------------- a stray notebook
+
+def untitled() -> bytes:
+    """What JupyterLab's "New notebook" saves: no nbgrader cells, nothing of the lesson."""
+    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {},
+                                  "outputs": [], "source": ""}],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
+STRAYS = {  # a file a student may hand in beside the lesson's notebook -> why it is no notebook
+    "Untitled.ipynb": untitled(),
+    "Untitled1.ipynb": notebook(L01, "another lesson"),
+    "Untitled2.ipynb": notebook(L02, "half")[:5000],  # saved halfway: not JSON
+}
+
+
+@pytest.mark.parametrize("stray", STRAYS)
+@pytest.mark.parametrize("stray_first", [False, True], ids=["stray-after", "stray-before"])
+def test_a_stray_notebook_never_replaces_the_lessons_one_in_a_canvas_download(
+        tmp_path, capsys, stray, stray_first):
+    files = [(f"smithbob_1001_5001_{L02}.ipynb", notebook(L02, "bob")),
+             (f"smithbob_1001_5002_{stray}", STRAYS[stray])]
+    download = zip_of(tmp_path / "submissions.zip", dict(files[::-1] if stray_first else files))
+    workspace = Workspace(tmp_path / "course")
+    status, out = run(workspace, download, "--lesson", L02, capsys=capsys)
+    assert marker(submitted(workspace)["1001", L02]) == "by bob"
+    assert cell(row(out, f"smithbob_1001_5001_{L02}.ipynb"), "collected")
+    line = row(out, f"smithbob_1001_5002_{stray}")
+    assert cell(line, "superseded") or cell(line, "skipped"), line
+    if cell(line, "superseded"):  # it says why: the other one is the lesson's notebook
+        assert "holds the lesson's nbgrader cells" in line, line
+    else:
+        assert f"holds lesson {L01}" in line, line
+    assert status == (1 if stray == "Untitled1.ipynb" else 0)
+
+
+def test_a_notebook_with_the_lessons_cells_wins_whatever_the_times(tmp_path, capsys):
+    download = zip_of(tmp_path / "class.zip", {
+        f"s07_{L02}.ipynb": (notebook(L02, "s07"), T1),
+        "s07_Untitled.ipynb": (untitled(), T3),  # newer, but not the lesson's
+        f"s08_{L02}.ipynb": (notebook(L02, "s08 old"), T1),
+        f"s08_{L02} (1).ipynb": (notebook(L02, "s08 new"), T2),
+        "s08_Untitled.ipynb": (STRAYS["Untitled2.ipynb"], T3),
+        "s09_Untitled.ipynb": (untitled(), T1),  # all s09 handed in: collected, for grading
+    })
+    workspace = Workspace(tmp_path / "course")
+    status, out = run(workspace, download, "--lesson", L02, capsys=capsys)
+    got = submitted(workspace)
+    assert status == 0
+    assert marker(got["s07", L02]) == "by s07" and marker(got["s08", L02]) == "by s08 new"
+    assert got["s09", L02] == untitled()
+    for stray in ("s07_Untitled.ipynb", "s08_Untitled.ipynb"):
+        line = row(out, stray)
+        assert cell(line, "superseded") and "holds the lesson's nbgrader cells" in line, line
+    assert "not valid JSON" in row(out, "s08_Untitled.ipynb")
+    assert cell(row(out, f"s08_{L02}.ipynb"), "superseded")  # newest of the two with cells
+
+
+def test_a_later_download_without_the_lessons_cells_never_replaces_one_with_them(
+        tmp_path, capsys):
+    workspace = Workspace(tmp_path / "course")
+    first = zip_of(tmp_path / "first.zip", {f"s07_{L02}.ipynb": (notebook(L02, "s07"), T1),
+                                            "s08_Untitled.ipynb": (untitled(), T1)})
+    assert run(workspace, first, "--lesson", L02, capsys=capsys)[0] == 0
+    second = zip_of(tmp_path / "second.zip", {
+        "s07_Untitled.ipynb": (untitled(), T3),
+        "s07_Untitled1.ipynb": (STRAYS["Untitled2.ipynb"], T3),
+        f"s08_{L02}.ipynb": (notebook(L02, "s08"), (2024, 2, 1, 9, 0, 0)),  # older, but real
+    })
+    status, out = run(workspace, second, "--lesson", L02, capsys=capsys)
+    got = submitted(workspace)
+    assert status == 0
+    assert marker(got["s07", L02]) == "by s07"  # kept: the one collected before is the lesson's
+    line = next(line for name in ("s07_Untitled.ipynb", "s07_Untitled1.ipynb")
+                for line in rows(out, name) if not cell(line, "superseded") or "first.zip" in line)
+    assert cell(line, "superseded") and "first.zip" in line and \
+        "holds the lesson's nbgrader cells" in line, out
+    assert marker(got["s08", L02]) == "by s08"  # the lesson's notebook replaces the stray
+    assert "replaces" in row(out, f"s08_{L02}.ipynb")

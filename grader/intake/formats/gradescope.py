@@ -18,6 +18,7 @@ from ..students import squash
 from .base import Format, Found
 
 METADATA = "submission_metadata.yml"
+MAX_METADATA_BYTES = 16 << 20  # a class of a thousand takes under 1 MiB
 
 
 class Gradescope(Format):
@@ -34,7 +35,8 @@ class Gradescope(Format):
         found = {}
         for entry in self.entries:
             if entry.name == METADATA:
-                for key, value in read_metadata(entry.read()).items():
+                data = _read(entry)
+                for key, value in read_metadata(data).items():
                     found[f"{entry.folder}/{key}".strip("/")] = value
         return found
 
@@ -72,6 +74,13 @@ class Gradescope(Format):
             notes.append("group submission of " + ", ".join(i.describe() for i in identities))
         return Found(identities, "/".join(entry.parts[index:]), time,
                      "Gradescope's created_at" if time else "", notes=notes)
+
+
+def _read(entry: Entry) -> bytes:
+    try:
+        return bytes(entry.read(MAX_METADATA_BYTES, METADATA))
+    except Skip as why:
+        raise CollectError(f"cannot read {entry.path}: {why}") from None
 
 
 def _time(value) -> datetime | None:
