@@ -12,7 +12,8 @@ their own nbgrader_config.py (see docs/instructors/jupyterhub.md).
 
 The formgrader's Autograde button grades through the course's sandboxed grader
 (grader/nbgrader_hooks.py); `nbgrader autograde` on the command line stays nbgrader's own, which
-runs student code with your rights: grade with `make grade`.
+runs student code with your rights: grade with `make grade`. The formgrader shows a submission
+with nothing of the student's active in the page (grader/records/inert.py).
 """
 
 import os
@@ -44,6 +45,14 @@ c.Exchange.root = os.environ.get("ATTENTION_COURSE_EXCHANGE", "/srv/nbgrader/exc
 c.NbGraderAPI.Autograde.sanitize_preprocessors = []
 c.NbGraderAPI.Autograde.autograde_preprocessors = ["grader.nbgrader_hooks.SandboxedAutograde"]
 c.SandboxedAutograde.workspace = str(WORKSPACE)
+
+# What the formgrader shows of a submission, in the instructor's Jupyter session: each cell made
+# inert (grader/records/inert.py) before nbgrader's formgrade template renders it, whoever wrote
+# the notebook (the grader's autograded notebooks are inert already; nbgrader's own autograde, or
+# an older grader, keeps the student's markdown, raw cells and grade ids as written), and
+# nbconvert's sanitizer on outputs (the template applies it to outputs, never to markdown).
+c.HTMLExporter.preprocessors = ["grader.records.inert.InertNotebook"]
+c.HTMLExporter.sanitize_html = True
 
 # The student version keeps the signature, docstring and hints; the body becomes this stub.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

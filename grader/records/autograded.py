@@ -6,9 +6,16 @@ cells as released, no outputs of the student's, and under each test cell the gra
 a test cell the student deleted is put back at the end, a duplicated one counts once. A notebook
 that could not be read is the released one with a note saying why, and so is one that needs a
 human (held, or not graded).
+
+The formgrader shows this notebook as HTML in the instructor's Jupyter session, so nothing of
+the student's in it may be active (``inert``): their markdown is kept as written when it
+renders inert, else shown as text; raw cells are shown as text, attachments keep only raster
+images, and the notebook's and cells' metadata are the released notebook's (nbgrader's grade
+ids, which the formgrade template writes into the page unescaped, included).
 """
 
 import copy
+import re
 from pathlib import Path
 
 import nbformat
@@ -18,6 +25,9 @@ from ..grading.batch import Handin
 from ..grading.results import ExerciseResult, Outcome, Result
 from ..grading.submissions import Ungradable, parse_notebook, released_cells
 from ..workspace import EXCHANGE_FILES, Workspace, atomic_write
+from .inert import formgrader_ids, inert_cell
+
+CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # nbformat's: nbconvert renders no other
 
 
 def human_note(result: Result) -> str:
@@ -33,15 +43,16 @@ def human_note(result: Result) -> str:
 
 def autograded_notebook(handin: Handin, result: Result, lesson: Lesson) -> nbformat.NotebookNode:
     """The notebook of ``handin`` as the formgrader shows it (see the module docstring)."""
+    release = nbformat.read(RELEASE / lesson.name / f"{lesson.name}.ipynb", as_version=4)
     try:
         if handin.notebook is None:
             raise Ungradable(handin.missing)
         notebook = parse_notebook(handin.notebook, f"{lesson.name}.ipynb")
         unread = None
     except Ungradable as err:
-        notebook = nbformat.read(RELEASE / lesson.name / f"{lesson.name}.ipynb", as_version=4)
-        unread = str(err)
+        notebook, unread = release, str(err)
     released = released_cells(lesson.name)
+    reserved = formgrader_ids(released.values())
     verdicts = {e.grade_id: e for e in result.exercises}
     cells, shown = [], set()
     for cell in notebook.cells:
@@ -49,6 +60,8 @@ def autograded_notebook(handin: Handin, result: Result, lesson: Lesson) -> nbfor
         original = released.get(grade_id)
         if original is not None and nbgrader_metadata(original).get("locked"):
             cell = original
+        else:
+            cell = _students_cell(cell, original, reserved)
         if grade_id in verdicts:
             if grade_id in shown:
                 continue  # a duplicated test cell counts once
@@ -62,14 +75,21 @@ def autograded_notebook(handin: Handin, result: Result, lesson: Lesson) -> nbfor
     if note:
         cells.insert(0, nbformat.v4.new_markdown_cell(_note_markdown(note), id="grader-note"))
     ids = set()
-    for index, cell in enumerate(cells):  # unique ids (the same every time)
-        if not isinstance(cell.get("id"), str) or cell["id"] in ids:
+    for index, cell in enumerate(cells):  # unique valid ids (the same every time)
+        if not isinstance(cell.get("id"), str) or not CELL_ID.fullmatch(cell["id"]) \
+                or cell["id"] in ids:
             cell["id"] = f"grader-{index}"
         ids.add(cell["id"])
-    out = copy.deepcopy(notebook)
-    out.nbformat, out.nbformat_minor = 4, max(5, out.get("nbformat_minor", 5))
-    out.cells = cells
-    return out
+    return nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(release.metadata))
+
+
+def _students_cell(cell, original, reserved: frozenset[str]):
+    """A cell of the student's, inert, with the metadata of the released cell it answers (its
+    grade id), or none."""
+    cell = inert_cell(cell, reserved)
+    answers = original is not None and original.cell_type == cell.cell_type
+    cell.metadata = copy.deepcopy(original.metadata) if answers else {}
+    return cell
 
 
 def _with_verdict(cell, verdict: ExerciseResult | None, result: Result):
