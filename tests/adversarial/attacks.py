@@ -1,22 +1,25 @@
 """Crafted submissions, each with the outcome the grader must give it.
 
-Every attack is one student's submission of lesson 02 (three exercises, 7 points). Most attackers
-leave the exercises blank, so any point they get is a point they stole; the controls answer
-correctly and must get all 7, whatever ran before them in the same sandbox. The code of an
+Every attack is one student's submission of one lesson, lesson 02 (three exercises, 7 points)
+unless it says another. Most attackers leave the exercises blank, so any point they get is a
+point they stole; the controls answer correctly and must get all the lesson's points, whatever
+ran before them in the same sandbox. The code of an
 attack may name the machine's real paths (``Target``): an attacker who knows the course's
 layout is the worst case.
 """
 
 import copy
 import json
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import nbformat
 
-from grader.course import nbgrader_metadata
+from grader.course import BEGIN, END, SOLUTIONS, nbgrader_metadata, read_lesson
 from grader.demo import IGNORES_INTERRUPTS, MISTAKES, TAMPERING, practice_names, student_notebook
+from helpers.hostile import hostile_metadata, markdown_payloads, payload_cells
 
 LESSON = "02_scaled_dot_product"
 FULL = 7.0
@@ -32,6 +35,15 @@ class Target:
     gradebook: str
     port: int  # a loopback port where the suite listens for exfiltration
 
+    @property
+    def beacon(self) -> str:
+        return f"http://127.0.0.1:{self.port}/beacon"
+
+
+def full(lesson: str) -> float:
+    """All the points of ``lesson``."""
+    return read_lesson(lesson).max_score
+
 
 @dataclass(frozen=True)
 class Attack:
@@ -45,23 +57,25 @@ class Attack:
     never: str | None = None  # what its kept output would say had the attack worked
     beside: dict[str, str] = field(default_factory=dict)  # files next to the notebook once
     # collected, as `nbgrader collect` brings them from the exchange (LMS zips keep notebooks)
+    lesson: str = LESSON
 
     @property
     def correct(self) -> bool:
         """An honest, complete answer: denying it points is as wrong as crediting an attacker."""
-        return self.score == FULL
+        return self.score == full(self.lesson)
 
 
 # ---------------------------------------------------------------- building notebooks
 
-def notebook(correct: bool = False, extra: str | None = None, answers: dict | None = None):
+def notebook(correct: bool = False, extra: str | None = None, answers: dict | None = None,
+             lesson: str = LESSON):
     if answers is None:
-        answers = dict.fromkeys(practice_names(LESSON)) if correct else {}
-    return student_notebook(LESSON, answers, textwrap.dedent(extra) if extra else None)
+        answers = dict.fromkeys(practice_names(lesson)) if correct else {}
+    return student_notebook(lesson, answers, textwrap.dedent(extra) if extra else None)
 
 
-def file_of(student: str, node) -> dict[str, bytes]:
-    return {f"{student}_{LESSON}.ipynb": nbformat.writes(copy.deepcopy(node)).encode()}
+def file_of(student: str, node, lesson: str = LESSON) -> dict[str, bytes]:
+    return {f"{student}_{lesson}.ipynb": nbformat.writes(copy.deepcopy(node)).encode()}
 
 
 def is_test_cell(cell) -> bool:
@@ -83,16 +97,18 @@ def edited(correct: bool, change: Callable) -> Callable[[], object]:
 
 
 def attack(student: str, what: str, code: str | Callable[[Target], str] | None = None, *,
-           correct: bool = False, build: Callable | None = None, **expected) -> Attack:
-    """An attack made of a notebook (blank or correct) with ``code`` in a cell of its own."""
+           correct: bool = False, build: Callable | None = None, lesson: str = LESSON,
+           **expected) -> Attack:
+    """An attack made of a notebook of ``lesson`` (blank or correct) with ``code`` in a cell of
+    its own."""
     def files(target: Target) -> dict[str, bytes]:
         if build is not None:
-            return file_of(student, build())
+            return file_of(student, build(), lesson)
         extra = code(target) if callable(code) else code
-        return file_of(student, notebook(correct, extra))
-    score = expected.pop("score", FULL if correct and expected.get("outcome", "graded") == "graded"
-                         else 0.0)
-    return Attack(student, what, files, score=score, **expected)
+        return file_of(student, notebook(correct, extra, lesson=lesson), lesson)
+    graded = correct and expected.get("outcome", "graded") == "graded"
+    score = expected.pop("score", full(lesson) if graded else 0.0)
+    return Attack(student, what, files, score=score, lesson=lesson, **expected)
 
 
 def raw_file(student: str, what: str, data: Callable[[], bytes], name: str | None = None,
@@ -590,14 +606,124 @@ def setup_changed(cells):
     return cells
 
 
+# ---------------------------------------------------------------- round three
+
+WATCHERS_OFF_BY_NAME = """
+import contextlib
+observing = __import__("attention_course.checks.student." + "observing", fromlist=["x"])
+setattr(observing, "watch" + "_calls", lambda forbidden, called: contextlib.nullcontext(called))
+"""
+
+WATCHERS_OFF_BY_IMPORTLIB = """
+import contextlib, importlib
+observing = importlib.import_module("attention_course.checks.student." + "observing")
+observing.watch_calls = lambda forbidden, called: contextlib.nullcontext(called)
+"""
+
+WATCHERS_OFF_IN_A_MAGIC = """%%time
+import contextlib
+import attention_course.checks.student.observing as observing
+observing.watch_calls = lambda forbidden, called: contextlib.nullcontext(called)
+"""
+
+
+def solution_bodies(lesson: str) -> dict[str, str]:
+    """The instructor's answer (the solution region of the source notebook, dedented) of every
+    exercise of ``lesson``."""
+    notebook = nbformat.read(SOLUTIONS / lesson / f"{lesson}.ipynb", as_version=4)
+    region = re.compile(rf"^ *{re.escape(BEGIN)}\n(.*?)^ *{re.escape(END)}", re.M | re.S)
+    return {nbgrader_metadata(c)["grade_id"]: textwrap.dedent(region.search(c.source).group(1))
+            for c in notebook.cells if nbgrader_metadata(c).get("solution")}
+
+
+def exec_from_base64(bodies: dict[str, str | None]) -> dict[str, str | None]:
+    """Each answer run from base64: the source shows nothing of the code."""
+    import base64
+
+    def hidden(name: str, body: str) -> str:
+        code = f"def _{name}(*a, **k):\n" + textwrap.indent(body, "    ") + "\n"
+        blob = base64.b64encode(code.encode()).decode()
+        return (f"import base64\nscope = dict(globals())\n"
+                f"exec(base64.b64decode({blob!r}), scope)\nreturn scope['_{name}'](*a, **k)")
+    return {name: body and hidden(name, body) for name, body in bodies.items()}
+
+
+SHARED_MEMORY = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+segment = libc.shmget(0x5EC12E7, 1 << 20, 0o1666)  # a key every later student knows
+print("shmget:", "SHARED ANSWERS FOUND" if segment >= 0 and {reads} else
+      segment, ctypes.get_errno() and __import__("os").strerror(ctypes.get_errno()))
+"""
+
+LOWERS_RUNNER_LIMITS = """
+import os, resource
+resource.prlimit(os.getppid(), resource.RLIMIT_AS, (1 << 20, 1 << 20))
+"""
+
+SURROGATE_ERROR = {"softmax": "raise ValueError('a lone surrogate \\ud800 in the message')"}
+
+ALIASED_RECORD = """
+import attention_course.checks.student.observing as observing, json
+blob = bytes(1 << 20)
+tensor = {"~": "tensor", "dtype": "float32", "shape": [1 << 18], "at": 0}
+fields = {"outputs": {"~": "tuple", "items": [tensor] * 1000}, "error": None, "shortcuts": [],
+          "modified_inputs": [], "grads": {"~": "dict", "items": {}}}
+reply = json.dumps({"value": {"~": "dict", "items": fields}, "blob": len(blob)}).encode()
+observing.answer = lambda request, namespace: [reply + b"\\n" + blob] * len(
+    observing.wire.loads(request)["cases"])
+"""
+
+
+def grade_id_list(cells):
+    """A test cell whose nbgrader grade_id is a list: a notebook edited outside Jupyter."""
+    test = next(filter(is_test_cell, cells))
+    test.metadata["nbgrader"]["grade_id"] = [test.metadata["nbgrader"]["grade_id"]]
+    return cells
+
+
+L04, L07 = "04_multi_head", "07_inference_and_scale"
+TILED_OVER_QUERIES = """
+T, S = query.shape[-2], key.shape[-2]
+scale = query.shape[-1] ** -0.5 if scale is None else scale
+rows = []
+for start in range(0, T, block_size):
+    scores = query[..., start:start + block_size, :] @ key.transpose(-2, -1) * scale
+    if is_causal:
+        place = torch.arange(start, start + scores.shape[-2])[:, None] + S - T
+        scores = scores.masked_fill(torch.arange(S) > place, float("-inf"))
+    rows.append(torch.softmax(scores, dim=-1) @ value)
+return torch.cat(rows, dim=-2)"""
+SIZE_WATCH_OFF = """
+from torch.utils._python_dispatch import _pop_mode_temporarily
+with _pop_mode_temporarily():
+    scores = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        T, S = scores.shape[-2:]
+        scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T),
+                                    float("-inf"))
+    return torch.softmax(scores, dim=-1) @ value"""
+
+
+def with_hostile_markup(student: str) -> Callable[[Target], dict[str, bytes]]:
+    """A correct notebook carrying every payload of helpers/hostile.py for the formgrader's
+    page: markdown, raw cells, attachments, outputs, cell and notebook metadata."""
+    def files(target: Target) -> dict[str, bytes]:
+        node = notebook(True)
+        node.cells += payload_cells(target.beacon)
+        hostile_metadata(node)
+        return file_of(student, node)
+    return files
+
+
 def many_slow_cells():
     node = notebook(True)
     node.cells[3:3] = [nbformat.v4.new_code_cell(MANY_SLOW_CELLS) for _ in range(10)]
     return node
 
 
-def answered(bodies: dict[str, str], extra: str | None = None):
-    return lambda: notebook(extra=extra, answers=bodies)
+def answered(bodies: dict[str, str], extra: str | None = None, lesson: str = LESSON):
+    return lambda: notebook(extra=extra, answers=bodies, lesson=lesson)
 
 
 # ---------------------------------------------------------------- the suite, in grading order
@@ -749,4 +875,47 @@ ATTACKS = [
            build=edited(True, windows_line_endings), needs_human=False),
     attack("crlf-setup-changed", "the setup cell's code changed, saved with Windows line endings",
            build=edited(False, setup_changed), needs_human=True),
+    attack("builtin-via-to-thread", "calls the built-in through asyncio.to_thread",
+           build=answered({"softmax": "import asyncio\nreturn asyncio.run("
+                                      "asyncio.to_thread(torch.softmax, x, dim))"}),
+           needs_human=True, shows="can't start new thread"),
+    attack("watchers-off-by-name", "switches the shortcut watch off with a built name",
+           build=answered(builtin_answers(str), WATCHERS_OFF_BY_NAME), needs_human=True),
+    attack("watchers-off-by-importlib", "switches the shortcut watch off through importlib",
+           build=answered(builtin_answers(str), WATCHERS_OFF_BY_IMPORTLIB), needs_human=True),
+    attack("watchers-off-in-a-magic", "switches the shortcut watch off in a %%time cell",
+           build=answered(builtin_answers(str), WATCHERS_OFF_IN_A_MAGIC), needs_human=True),
+    attack("solutions-from-base64", "the instructor's answers run from base64 strings",
+           build=lambda: notebook(answers=exec_from_base64(solution_bodies(LESSON))),
+           needs_human=True),
+    attack("shared-memory-writer", "correct, and leaves a System V shared memory segment",
+           SHARED_MEMORY.format(reads=False), correct=True, score=0.0, needs_human=True,
+           shows="Operation not permitted"),
+    attack("shared-memory-reader", "blank, and reads the segment the writer left",
+           SHARED_MEMORY.format(reads=True), needs_human=True, never="SHARED ANSWERS FOUND",
+           shows="Operation not permitted"),
+    attack("lowers-runner-limits", "lowers the memory limit of the runner above it",
+           LOWERS_RUNNER_LIMITS, shows="Operation not permitted"),
+    attack("control-after-limits", "a correct submission, right after the limits were lowered",
+           correct=True),
+    attack("surrogate-error", "an error whose message holds a lone surrogate",
+           build=answered(SURROGATE_ERROR)),
+    attack("grade-id-list", "a test cell's grade_id turned into a list",
+           build=edited(True, grade_id_list), outcome="ungradable"),
+    attack("aliased-record", "answers with 1000 tensors sharing one MiB",
+           ALIASED_RECORD, outcome="ungradable"),
+    Attack("hostile-markup", f"correct, with {len(markdown_payloads(''))} markdown payloads, raw "
+           "HTML, attachments and metadata for the formgrader's page",
+           with_hostile_markup("hostile-markup"), score=FULL),
+    attack("correct-float64-l04", "correct lesson 04, float64 made the default dtype",
+           "import torch\ntorch.set_default_dtype(torch.float64)", correct=True, lesson=L04,
+           needs_human=False),
+    attack("correct-no-grad-l07", "correct lesson 07, gradients switched off in a demo cell",
+           "import torch\ntorch.set_grad_enabled(False)", correct=True, lesson=L07,
+           needs_human=False),
+    attack("tiled-over-queries", "tiled attention as a loop over blocks of queries",
+           build=answered({"tiled_attention": TILED_OVER_QUERIES}, lesson=L07), lesson=L07),
+    attack("size-watch-off", "attention in one piece, the tensor-size watch popped",
+           build=answered({"tiled_attention": SIZE_WATCH_OFF}, lesson=L07), lesson=L07,
+           needs_human=True),
 ]

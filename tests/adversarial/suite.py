@@ -10,7 +10,10 @@ then what the course promises an instructor, measured:
 - planted secrets leaked: strings put where no submission may look (the grader's environment,
   the workspace, the gradebook, another student's notebook, the hidden tests) found in anything
   the attackers got back (results, kept output, feedback, report) or sent to the network;
-- processes surviving the batch; files of the course changed on disk.
+- processes surviving the batch; files of the course changed on disk;
+- active content in the instructor's pages: anything that could run, load or hide in the page
+  nbgrader's formgrader makes of every autograded notebook of the batch, rendered without the
+  sanitiser grader/nbgrader_config.py adds (so the notebooks themselves must be inert).
 
     make adversarial        # prints every attack's outcome and the summary (exit 1 on failure)
 """
@@ -43,6 +46,7 @@ from grader.demo import MISTAKES  # noqa: E402
 from grader.grading.results import Result  # noqa: E402
 from grader.workspace import Workspace  # noqa: E402
 from helpers import gradebook  # noqa: E402
+from helpers.formgrade import active_content, formgrade_page  # noqa: E402
 
 # A cell may run 10 s: a correct cell that imports torch._dynamo (@torch.compile) takes 1.6 s
 # alone and passed 5 s with the whole suite running beside it.
@@ -66,6 +70,8 @@ class Summary:
     connections: int = 0
     survivors: list[str] = field(default_factory=list)
     files_changed: list[str] = field(default_factory=list)
+    pages: int = 0  # formgrader pages rendered
+    active_content: list[str] = field(default_factory=list)
     memory_growth_mib: float = 0.0  # the grader's peak resident memory above its baseline
     seconds: float = 0.0
 
@@ -81,6 +87,7 @@ class Summary:
             "network connections from submissions": self.connections,
             "processes surviving the batch": len(self.survivors),
             "course files changed": len(self.files_changed),
+            "active content in the instructor's pages": len(self.active_content),
         }
 
     @property
@@ -91,14 +98,16 @@ class Summary:
 
     def table(self) -> str:
         lines = [f"{'submission':24}{'expected':>20}{'got':>20}  ", "-" * 70]
-        for attack, result, problem in self.rows:
+        for attack, result, problem in self.rows:  # (lesson 02 unless said)
             expected = f"{attack.outcome} {attack.score:g}"
             got = "no result" if result is None else f"{result.outcome} {result.counted_score:g}"
-            lines.append(f"{attack.student:24}{expected:>20}{got:>20}  "
+            lesson = "" if attack.lesson == LESSON else f" ({attack.lesson[:2]})"
+            lines.append(f"{attack.student + lesson:24}{expected:>20}{got:>20}  "
                          f"{'FAIL: ' + problem if problem else 'ok'}")
         lines += ["", f"{len(self.rows)} crafted submissions graded in {self.seconds:.0f} s"]
-        lines += [f"{name:40}{value}" for name, value in self.figures.items()]
-        lines.append(f"{'grader memory above its baseline':40}{self.memory_growth_mib:.0f} MiB "
+        lines += [f"{name:44}{value}" for name, value in self.figures.items()]
+        lines.append(f"{'formgrader pages rendered':44}{self.pages}")
+        lines.append(f"{'grader memory above its baseline':44}{self.memory_growth_mib:.0f} MiB "
                      f"(at most {MEMORY_GROWTH_LIMIT_MIB})")
         return "\n".join(lines)
 
@@ -118,11 +127,13 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
             raise RuntimeError("the honest students could not be graded (see above)")
         plant_in_gradebook(workspace, planted)
         before = honest_rows(workspace)
-        files = {name: data for a in attacks for name, data in a.files(target).items()}
-        beside = {f"{a.student}/{LESSON}/{name}": text for a in attacks
+        downloads: dict[str, dict[str, bytes]] = {}  # lesson -> its LMS download's files
+        for a in attacks:
+            downloads.setdefault(a.lesson, {}).update(a.files(target))
+        beside = {f"{a.student}/{a.lesson}/{name}": text for a in attacks
                   for name, text in a.beside.items()}
         with PeakMemory() as memory:
-            summary.batch_aborts += grade(workspace, files, sandboxed, beside)
+            summary.batch_aborts += grade(workspace, downloads, sandboxed, beside)
         summary.memory_growth_mib = memory.growth_mib
         time.sleep(SETTLE_SECONDS)
         summary.survivors = surviving_processes(started)
@@ -132,19 +143,20 @@ def run_suite(folder: Path, attacks: list[Attack] = ATTACKS, sandboxed: bool = T
         listener.stop()
     cli.main(["--workspace", str(workspace.root), "feedback"])
     cli.main(["--workspace", str(workspace.root), "report"])
-    results = {r.student: r for r in gradebook.results(workspace)}
+    results = {(r.student, r.lesson): r for r in gradebook.results(workspace)}
     for attack in attacks:
-        output = workspace.result_file(attack.student, LESSON).with_suffix(".output.txt")
+        result = results.get((attack.student, attack.lesson))
+        output = workspace.result_file(attack.student, attack.lesson).with_suffix(".output.txt")
         text = output.read_text(errors="replace") if output.is_file() else ""
-        summary.rows.append((attack, results.get(attack.student),
-                             problem(attack, results.get(attack.student), text)))
-        got = getattr(results.get(attack.student), "counted_score", None)
+        summary.rows.append((attack, result, problem(attack, result, text)))
+        got = getattr(result, "counted_score", None)
         summary.wrongly_credited += got is not None and got > attack.score
         summary.correct_uncredited += attack.correct and (got is None or got < attack.score)
     summary.secrets_leaked = leaked(planted, workspace, listener.received)
     summary.connections = len(listener.received)
     summary.files_changed = [path for path, digest in fingerprint(ROOT).items()
                              if fingerprint_before.get(path) != digest]
+    summary.pages, summary.active_content = instructor_pages(workspace, target.beacon)
     summary.seconds = time.time() - started
     return summary
 
@@ -171,38 +183,42 @@ def problem(attack: Attack, result: Result | None, output: str) -> str:
 
 # ---------------------------------------------------------------- grading
 
-def grade(workspace: Workspace, files: dict[str, bytes], sandboxed: bool,
+def grade(workspace: Workspace, downloads: dict[str, dict[str, bytes]], sandboxed: bool,
           beside: dict[str, str] | None = None) -> int:
-    """Collect ``files`` as an LMS download, put ``beside`` (path under submitted/ -> text)
-    next to them, and grade them; 1 if that aborted, else 0."""
-    students = sorted({name.split("_", 1)[0] for name in files})
+    """Collect each lesson's files as its LMS download, put ``beside`` (path under submitted/
+    -> text) next to them, and grade them all in one batch; 1 if that aborted, else 0."""
+    expected = {(name.split("_", 1)[0], lesson) for lesson, files in downloads.items()
+                for name in files}
+    students = sorted({student for student, _ in expected})
+    options = ["--workers", "1", "--cell-timeout", str(CELL_TIMEOUT), "--budget",
+               str(BUDGET)] + ([] if sandboxed else ["--no-sandbox"])
     with tempfile.TemporaryDirectory() as folder:
-        download = Path(folder) / f"lms-download-{LESSON}.zip"
-        with zipfile.ZipFile(download, "w") as archive:
-            for name, data in files.items():
-                archive.writestr(f"submissions/{name}", data)
-        options = ["--workers", "1", "--cell-timeout", str(CELL_TIMEOUT), "--budget",
-                   str(BUDGET)] + ([] if sandboxed else ["--no-sandbox"])
         try:
-            cli.main(["--workspace", str(workspace.root), "collect", str(download),
-                      "--lesson", LESSON])
+            for lesson, files in downloads.items():
+                download = Path(folder) / f"lms-download-{lesson}.zip"
+                with zipfile.ZipFile(download, "w") as archive:
+                    for name, data in files.items():
+                        archive.writestr(f"submissions/{name}", data)
+                cli.main(["--workspace", str(workspace.root), "collect", str(download),
+                          "--lesson", lesson])
             for path, text in (beside or {}).items():
                 (workspace.submitted / path).parent.mkdir(parents=True, exist_ok=True)
                 (workspace.submitted / path).write_text(text)
-            cli.main(["--workspace", str(workspace.root), "grade", "--lesson", LESSON,
+            cli.main(["--workspace", str(workspace.root), "grade",
+                      *[a for lesson in downloads for a in ("--lesson", lesson)],
                       *[a for s in students for a in ("--student", s)], *options])
         except (Exception, SystemExit) as err:  # noqa: BLE001 (an abort is what is counted)
             print(f"grading aborted: {err!r}", file=sys.stderr)
             return 1
-    missing = [s for s in students if not workspace.result_file(s, LESSON).is_file()]
+    missing = [key for key in expected if not workspace.result_file(*key).is_file()]
     return int(bool(missing))
 
 
-def honest_submissions(planted: dict[str, str]) -> dict[str, bytes]:
+def honest_submissions(planted: dict[str, str]) -> dict[str, dict[str, bytes]]:
     first = notebook(correct=True)
     first.cells.append(nbformat.v4.new_markdown_cell(f"my notes: {planted['submission']}"))
     second = notebook(answers={"softmax": MISTAKES["softmax"][0], "attention_scores": None})
-    return file_of(HONEST[0], first) | file_of(HONEST[1], second)
+    return {LESSON: file_of(HONEST[0], first) | file_of(HONEST[1], second)}
 
 
 # ---------------------------------------------------------------- what an attacker must not get
@@ -289,6 +305,23 @@ class Listener:
 
 
 # ---------------------------------------------------------------- after the batch
+
+def instructor_pages(workspace: Workspace, beacon: str) -> tuple[int, list[str]]:
+    """How many autograded notebooks there are, and what in their formgrader pages could run,
+    load or hide anything (a notebook the formgrader could not render counts too)."""
+    paths = sorted(workspace.autograded.glob("*/*/*.ipynb"))
+    found = []
+    for path in paths:
+        student, lesson = path.parts[-3:-1]
+        try:
+            page = formgrade_page(nbformat.read(path, as_version=4), lesson=lesson,
+                                  student=student)
+        except Exception as error:  # noqa: BLE001 - the formgrader would show an error page
+            found.append(f"{student}/{lesson}: not rendered ({error!r:.80})")
+            continue
+        found += [f"{student}/{lesson}: {problem}" for problem in active_content(page, beacon)]
+    return len(paths), found
+
 
 def honest_rows(workspace: Workspace) -> dict[str, tuple]:
     with Gradebook(workspace.db_url, course_id=COURSE_ID) as book:

@@ -5,9 +5,14 @@ import subprocess
 import sys
 import time
 
+import nbformat
 import pytest
-from attacks import ATTACKS, MARKER
-from suite import Summary, fingerprint, run_suite, surviving_processes
+from attacks import ATTACKS, LESSON, MARKER
+from suite import Summary, fingerprint, instructor_pages, run_suite, surviving_processes
+
+from grader.workspace import Workspace
+from helpers.formgrade import BEACON
+from helpers.hostile import hostile_notebook
 
 # the suite itself (the first test that needs `summary` runs it) took 136 s on 2 cores
 pytestmark = [pytest.mark.adversarial, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -75,3 +80,13 @@ def test_a_changed_course_file_is_found(tmp_path):
     before = fingerprint(tmp_path)
     runner.write_text("print('rewritten by a student')\n")
     assert fingerprint(tmp_path) != before
+
+
+def test_active_content_in_an_instructors_page_is_found(tmp_path):
+    """A hostile notebook as written, where the formgrader looks for an autograded one."""
+    workspace = Workspace(tmp_path)
+    path = workspace.autograded_file("mallory", LESSON)
+    path.parent.mkdir(parents=True)
+    nbformat.write(hostile_notebook(LESSON, BEACON), path)
+    pages, found = instructor_pages(workspace, BEACON)
+    assert pages == 1 and any("element <script" in problem for problem in found)
