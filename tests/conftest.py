@@ -1,6 +1,6 @@
 """Shared test setup: a headless matplotlib backend, seeded random inputs, the one set of fakes
-for Colab and the GPU, and ``graded_class``, which builds a class of submissions and grades it
-as an instructor does."""
+for Colab and the GPU, ``graded_class``, which builds a class of submissions and grades it as an
+instructor does, and the order in which modules are handed to the workers."""
 
 import functools
 import subprocess
@@ -16,6 +16,34 @@ matplotlib.use("Agg")  # before anything imports pyplot: tests never open a wind
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+# The modules that keep a worker busy a minute or more in `make test`, longest first (their
+# setup, call and teardown summed from `--durations=0`, 2 cores, 3 workers)
+LONGEST = ("tests/adversarial/test_adversarial.py",  # 185 s
+           "tests/repo/test_bench.py",  # 114 s
+           "tests/browser/test_browser_lessons.py",  # 110 s
+           "tests/pipeline/test_gradebook.py",  # 85 s
+           "tests/browser/test_formgrader_grades.py",  # 66 s
+           "tests/colab/test_colab_pinned.py")  # 59 s
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first, then the other modules with a slow test, then the rest, each
+    in collection order: pytest-xdist (``make test``: --dist loadscope --no-loadscope-reorder)
+    hands modules to workers in this order, so the long ones start early and short ones fill
+    the end."""
+    slow = {module_of(item) for item in items if item.get_closest_marker("slow")}
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        module = module_of(item)
+        return (LONGEST.index(module) if module in LONGEST else len(LONGEST),
+                module not in slow)
+
+    items.sort(key=rank)
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 @pytest.fixture

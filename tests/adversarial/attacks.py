@@ -50,7 +50,7 @@ class Attack:
     student: str
     what: str
     files: Callable[[Target], dict[str, bytes]]  # file name in the LMS zip -> bytes
-    outcome: str = "graded"
+    outcome: str = "graded"  # or several, "crashed or ungradable", where a race decides
     score: float = 0.0  # exactly the points it must get
     needs_human: bool | None = None  # flagged for a human (None: either is right)
     shows: str | None = None  # its kept output must say this: the defence, not luck, stopped it
@@ -831,7 +831,8 @@ ATTACKS = [
     attack("gc-reaches-runner", "the runner's globals reached through gc, nothing imported",
            build=answered(builtin_answers(str), GC_REACHES_RUNNER), needs_human=True),
     attack("writes-record", "writes a complete record to the grader's channel and exits: "
-           "replies before any request, out of turn", WRITES_RECORD, outcome="crashed"),
+           "replies before any request, out of turn (or, if a request goes first, not an "
+           "observation)", WRITES_RECORD, outcome="crashed or ungradable"),
     attack("keeps-outputs", "rewrites the tensors it returned in a later cell",
            build=answered(KEEPING_ANSWERS, KEEPS_OUTPUTS), needs_human=True),
     attack("hides-in-place", "patches zip and Tensor.clone to hide an in-place change",

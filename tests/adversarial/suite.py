@@ -19,6 +19,7 @@ then what the course promises an instructor, measured:
 """
 
 import hashlib
+import json
 import os
 import secrets
 import socket
@@ -46,7 +47,7 @@ from grader.demo import MISTAKES  # noqa: E402
 from grader.grading.results import Result  # noqa: E402
 from grader.workspace import Workspace  # noqa: E402
 from helpers import gradebook  # noqa: E402
-from helpers.formgrade import active_content, formgrade_page  # noqa: E402
+from helpers.formgrade import active_content, formgrade_page, shows_every_cell  # noqa: E402
 
 # A cell may run 10 s: a correct cell that imports torch._dynamo (@torch.compile) takes 1.6 s
 # alone and passed 5 s with the whole suite running beside it.
@@ -97,12 +98,12 @@ class Summary:
             and self.memory_growth_mib < MEMORY_GROWTH_LIMIT_MIB
 
     def table(self) -> str:
-        lines = [f"{'submission':24}{'expected':>20}{'got':>20}  ", "-" * 70]
+        lines = [f"{'submission':24}{'expected':>26}{'got':>20}  ", "-" * 76]
         for attack, result, problem in self.rows:  # (lesson 02 unless said)
             expected = f"{attack.outcome} {attack.score:g}"
             got = "no result" if result is None else f"{result.outcome} {result.counted_score:g}"
             lesson = "" if attack.lesson == LESSON else f" ({attack.lesson[:2]})"
-            lines.append(f"{attack.student + lesson:24}{expected:>20}{got:>20}  "
+            lines.append(f"{attack.student + lesson:24}{expected:>26}{got:>20}  "
                          f"{'FAIL: ' + problem if problem else 'ok'}")
         lines += ["", f"{len(self.rows)} crafted submissions graded in {self.seconds:.0f} s"]
         lines += [f"{name:44}{value}" for name, value in self.figures.items()]
@@ -170,7 +171,7 @@ def problem(attack: Attack, result: Result | None, output: str) -> str:
         wrong.append(f"its output does not say {attack.shows!r}")
     if attack.never and attack.never in output:
         wrong.append(f"its output says {attack.never!r}")
-    if result.outcome != attack.outcome:
+    if result.outcome not in attack.outcome.split(" or "):
         wrong.append(f"outcome {result.outcome} ({result.reason})")
     if result.counted_score != attack.score:
         wrong.append(f"score {result.counted_score:g} (checks: {result.score:g}), expected "
@@ -308,19 +309,51 @@ class Listener:
 
 def instructor_pages(workspace: Workspace, beacon: str) -> tuple[int, list[str]]:
     """How many autograded notebooks there are, and what in their formgrader pages could run,
-    load or hide anything (a notebook the formgrader could not render counts too)."""
+    load or hide anything (a notebook the formgrader could not render counts too).
+
+    nbconvert renders each cell of a page on its own, so the cells notebooks share (a lesson's
+    text) are checked once: one page per lesson and notebook metadata holding every distinct
+    cell, which must show all of them (no cell swallowed what follows it). Where that page has
+    a problem, each notebook's own page says whose it is."""
     paths = sorted(workspace.autograded.glob("*/*/*.ipynb"))
-    found = []
+    found, groups = [], {}
     for path in paths:
         student, lesson = path.parts[-3:-1]
         try:
-            page = formgrade_page(nbformat.read(path, as_version=4), lesson=lesson,
-                                  student=student)
+            node = nbformat.read(path, as_version=4)
         except Exception as error:  # noqa: BLE001 - the formgrader would show an error page
-            found.append(f"{student}/{lesson}: not rendered ({error!r:.80})")
+            found.append(f"{student}/{lesson}: not read ({error!r:.80})")
             continue
-        found += [f"{student}/{lesson}: {problem}" for problem in active_content(page, beacon)]
+        key = (lesson, json.dumps(node.metadata, sort_keys=True))
+        groups.setdefault(key, []).append((student, node))
+    for (lesson, _), members in groups.items():
+        shared = page_problems(distinct_cells([node for _, node in members]), lesson, beacon)
+        whose = [f"{student}/{lesson}: {problem}" for student, node in members if shared
+                 for problem in page_problems(node, lesson, beacon, student)]
+        found += whose or [f"{lesson}: {problem}" for problem in shared]
     return len(paths), found
+
+
+def page_problems(node, lesson: str, beacon: str, student: str = "mallory") -> list[str]:
+    try:
+        page = formgrade_page(node, lesson=lesson, student=student)
+    except Exception as error:  # noqa: BLE001 - the formgrader would show an error page
+        return [f"not rendered ({error!r:.80})"]
+    swallowed = [] if shows_every_cell(page, node) else ["a cell swallows what follows it"]
+    return active_content(page, beacon) + swallowed
+
+
+def distinct_cells(notebooks: list) -> nbformat.NotebookNode:
+    """A notebook with the first one's metadata and every distinct cell of ``notebooks``."""
+    cells = {}
+    for node in notebooks:
+        for cell in node.cells:
+            content = {name: value for name, value in cell.items() if name != "id"}
+            cells.setdefault(json.dumps(content, sort_keys=True), content)
+    union = nbformat.v4.new_notebook(metadata=notebooks[0].metadata)
+    union.cells = [nbformat.from_dict({**cell, "id": f"cell-{n}"})
+                   for n, cell in enumerate(cells.values())]
+    return union
 
 
 def honest_rows(workspace: Workspace) -> dict[str, tuple]:

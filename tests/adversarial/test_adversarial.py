@@ -13,6 +13,7 @@ from suite import Summary, fingerprint, instructor_pages, run_suite, surviving_p
 from grader.workspace import Workspace
 from helpers.formgrade import BEACON
 from helpers.hostile import hostile_notebook
+from helpers.notebooks import NOTEBOOKS, read
 
 # the suite itself (the first test that needs `summary` runs it) took 136 s on 2 cores
 pytestmark = [pytest.mark.adversarial, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -82,11 +83,15 @@ def test_a_changed_course_file_is_found(tmp_path):
     assert fingerprint(tmp_path) != before
 
 
-def test_active_content_in_an_instructors_page_is_found(tmp_path):
-    """A hostile notebook as written, where the formgrader looks for an autograded one."""
+def test_active_content_in_an_instructors_page_is_found_and_whose(tmp_path):
+    """A hostile notebook as written where the formgrader looks for an autograded one, beside an
+    ordinary student's: found, and named as the hostile student's."""
     workspace = Workspace(tmp_path)
-    path = workspace.autograded_file("mallory", LESSON)
-    path.parent.mkdir(parents=True)
-    nbformat.write(hostile_notebook(LESSON, BEACON), path)
+    for student, node in (("alice", read(NOTEBOOKS, LESSON)),
+                          ("mallory", hostile_notebook(LESSON, BEACON))):
+        path = workspace.autograded_file(student, LESSON)
+        path.parent.mkdir(parents=True)
+        nbformat.write(node, path)
     pages, found = instructor_pages(workspace, BEACON)
-    assert pages == 1 and any("element <script" in problem for problem in found)
+    assert pages == 2 and any("element <script" in problem for problem in found)
+    assert all(problem.startswith(f"mallory/{LESSON}: ") for problem in found)

@@ -18,7 +18,6 @@ import re
 
 import nbformat
 import pytest
-from bs4 import BeautifulSoup
 
 from grader.course import read_lesson
 from grader.grading.batch import Handin
@@ -31,6 +30,7 @@ from helpers.formgrade import (
     active_content,
     formgrade_page,
     page_scripts,
+    parsed,
     shows_every_cell,
 )
 from helpers.hostile import (
@@ -65,6 +65,17 @@ def autograded(notebook, graded: Result | None = None, name: str = L02) -> nbfor
                                lesson(name))
 
 
+@functools.cache
+def hostile_graded() -> nbformat.NotebookNode:
+    """The autograded notebook of the hostile submission (tests only read it)."""
+    return autograded(hostile_notebook(L02, BEACON))
+
+
+@functools.cache
+def hostile_page() -> str:
+    return formgrade_page(hostile_graded())
+
+
 def released_with(*cells) -> nbformat.NotebookNode:
     notebook = copy.deepcopy(read(NOTEBOOKS, L02))
     notebook.cells += cells
@@ -91,12 +102,11 @@ def test_the_hostile_notebook_is_active_in_the_formgrader_as_written():
 
 
 def test_the_formgrader_shows_nothing_active_of_a_hostile_submission():
-    graded = autograded(hostile_notebook(L02, BEACON))
-    page = formgrade_page(graded)
+    graded, page = hostile_graded(), hostile_page()
     assert active_content(page) == [] and shows_every_cell(page, graded)
     assert page_scripts(page) == page_scripts(formgrade_page(autograded(read(NOTEBOOKS, L02))))
     assert "__pwned" not in " ".join(page_scripts(page))
-    assert BeautifulSoup(page, "html.parser").title.string == L02
+    assert parsed(page).title.string == L02
 
 
 @pytest.mark.parametrize("name", list(markdown_payloads(BEACON)))
@@ -107,8 +117,8 @@ def test_each_markdown_payload_is_shown_inert_as_text(name):
     assert active_content(page) == [] and shows_every_cell(page, graded)
     shown = cell(graded, "payload").source
     assert shown == source or "shown as text" in shown or "&lt;" in shown
-    text = BeautifulSoup(page, "html.parser").select_one("#notebook-container").get_text()
-    for node in BeautifulSoup(page, "html.parser").find_all(string=re.compile(r"\\href")):
+    text = parsed(page).select_one("#notebook-container").get_text()
+    for node in parsed(page).find_all(string=re.compile(r"\\href")):
         assert node.find_parent(["pre", "code"]), "MathJax reads no link out of the text"
     if name != "math-href":
         written = re.sub(r"\s+", "", html.unescape(source).split("(")[0])[:12]
@@ -116,9 +126,9 @@ def test_each_markdown_payload_is_shown_inert_as_text(name):
 
 
 def test_the_students_ordinary_markdown_is_kept_as_written():
-    graded = autograded(hostile_notebook(L02, BEACON))
+    graded = hostile_graded()
     assert cell(graded, "own-markdown").source == ordinary_markdown()
-    page = BeautifulSoup(formgrade_page(graded), "html.parser")
+    page = parsed(hostile_page())
     own = page.find("h2", id="My-notes").find_parent(class_="cell")
     assert own.find("em").string == "scaled" and own.find("strong").string == "then"
     assert [li.get_text() for li in own.find_all("li")][0] == "each row sums to 1"
@@ -135,12 +145,12 @@ def test_the_released_notebook_is_kept_as_released(name):
     assert ([(c.cell_type, c.source) for c in graded.cells]
             == [(c.cell_type, c.source) for c in released.cells])
     assert graded.metadata == released.metadata
-    page = BeautifulSoup(formgrade_page(graded), "html.parser")
+    page = parsed(formgrade_page(graded))
     assert page.find("img", src=COLAB_BADGE)  # the badge of the released notebook's first cell
 
 
 def test_raw_cells_are_shown_as_text():
-    graded = autograded(hostile_notebook(L02, BEACON))
+    graded = hostile_graded()
     for cell_id in ("raw-html", "raw-plain"):
         shown = cell(graded, cell_id)
         assert shown.cell_type == "markdown" and "raw_mimetype" not in shown.metadata
@@ -157,12 +167,12 @@ def test_only_image_attachments_are_kept():
     assert cell(graded, "image").source == "![a plot](attachment:plot.png)"
     for cell_id in ("att-html", "att-svg"):
         assert not cell(graded, cell_id).get("attachments")
-    page = BeautifulSoup(formgrade_page(graded), "html.parser")
+    page = parsed(formgrade_page(graded))
     assert page.find("img", src=f"data:image/png;base64,{png}")
 
 
 def test_metadata_of_the_students_reaches_the_page_only_as_released():
-    graded = autograded(hostile_notebook(L02, BEACON))
+    graded = hostile_graded()
     released = read(NOTEBOOKS, L02)
     assert graded.metadata == released.metadata  # no title, kernel name or widget state
     for cell_id in ("meta-grade-id", "meta-grade-label", "meta-tags", "meta-transient"):
@@ -192,7 +202,7 @@ def test_a_lone_surrogate_in_a_cell_is_written_replaced():
 
 
 def test_the_students_outputs_are_not_shown():
-    graded = autograded(hostile_notebook(L02, BEACON))
+    graded = hostile_graded()
     assert cell(graded, "outputs").outputs == []
     verdicts = [c for c in graded.cells if c.cell_type == "code" and c.outputs]
     assert verdicts and all(o.output_type == "stream" and o.text.startswith("[grader]")
@@ -208,7 +218,7 @@ def test_the_graders_own_notes_quote_the_student_as_text():
     assert graded.cells[0].id == "grader-note"
     page = formgrade_page(graded)
     assert active_content(page) == [] and shows_every_cell(page, graded)
-    text = BeautifulSoup(page, "html.parser").select_one("#notebook-container").get_text()
+    text = parsed(page).select_one("#notebook-container").get_text()
     assert text.count('<img src="x" onerror=') == 1 + len(lesson().cells)
 
 
@@ -223,5 +233,4 @@ def test_the_course_formgrader_shows_any_hostile_notebook_inert():
 
 
 def test_the_course_formgrader_shows_the_autograded_notebook_as_written():
-    graded = autograded(hostile_notebook(L02, BEACON))
-    assert formgrade_page(graded, course_config=True) == formgrade_page(graded)
+    assert formgrade_page(hostile_graded(), course_config=True) == hostile_page()

@@ -50,11 +50,16 @@ def formgrade_page(notebook, course_config: bool = False, lesson: str = L02,
     return html
 
 
+@functools.lru_cache(maxsize=8)
+def parsed(page: str) -> BeautifulSoup:
+    """``page`` parsed once (callers only read it)."""
+    return BeautifulSoup(page, "html.parser")
+
+
 def active_content(page: str, beacon: str = BEACON) -> list[str]:
     """What in the notebook's part of a formgrader page could run, load or hide anything,
     read with a parser of its own (the standard library's, through BeautifulSoup)."""
-    soup = BeautifulSoup(page, "html.parser")
-    container = soup.select_one("#notebook-container")
+    container = parsed(page).select_one("#notebook-container")
     found = [f"comment {c[:40]!r}" for c in container.find_all(string=True)
              if isinstance(c, Comment)]
     for element in container.find_all(True):
@@ -96,11 +101,10 @@ def element_problems(element, beacon: str) -> list[str]:
 def shows_every_cell(page: str, notebook) -> bool:
     """Whether every cell is in the page, and the template's own elements after them (nothing
     of a cell's swallowed what follows it)."""
-    soup = BeautifulSoup(page, "html.parser")
+    soup = parsed(page)
     cells = soup.select("#notebook-container div.cell")
     return len(cells) == len(notebook.cells) and soup.select_one("#statusmessage") is not None
 
 
 def page_scripts(page: str) -> list[str]:
-    soup = BeautifulSoup(page, "html.parser")
-    return [str(script) for script in soup.find_all("script")]
+    return [str(script) for script in parsed(page).find_all("script")]

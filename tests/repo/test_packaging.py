@@ -218,6 +218,18 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
 
 
+def test_the_longest_modules_named_for_the_workers_exist(request):
+    """conftest.py hands these to the workers first; a renamed module would silently not be."""
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)  # `import conftest` may find a folder's conftest.py
+    longest = conftest.LONGEST
+
+    assert all((ROOT / module).is_file() for module in longest)
+    modules = list(dict.fromkeys(item.nodeid.split("::")[0] for item in request.session.items))
+    assert set(modules) & set(longest) <= set(modules[:len(longest)])  # first, where collected
+
+
 def make_working_copy(notebooks: Path, work: Path) -> str:
     result = subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), "working-copy",
