@@ -46,15 +46,16 @@ def parser() -> argparse.ArgumentParser:
                   "regenerate the student notebooks in notebooks/")
     sub.add_argument("lessons", nargs="*", help="lessons (default: all)")
     sub = command("collect", lambda a, w: commands.collect(
-        w, a.zip, a.roster, a.lesson, a.format, a.dry_run, a.again),
+        w, a.zip, a.roster, a.lesson, a.format, a.dry_run, a.again, a.groups),
         "add a download of submissions (Canvas, Moodle, Gradescope, Google Classroom/Drive, "
-        "nbgrader's exchange) to the workspace: each notebook's lesson is read from its cells, "
+        "Blackboard, Brightspace, Microsoft Teams, Sakai, nbgrader's exchange) to the "
+        "workspace: each notebook's lesson is read from its cells, "
         "every file is listed with what became of it, and the exit status is 1 if any was "
         "skipped")
     sub.add_argument("zip", type=Path, help="the downloaded zip, or a folder (e.g. nbgrader's "
                      "exchange inbound/)")
     sub.add_argument("--roster", type=Path, help="a CSV of the class: columns id and name "
-                     "(optionally lms_id, email); students are matched to it by id, else name")
+                     "(optionally lms_id, email, group); matched by id, else name")
     sub.add_argument("--lesson", help="the lesson the download is for: a notebook of another "
                      "lesson is skipped, and an unreadable file is filed under it")
     sub.add_argument("--format", default="auto", choices=("auto", *BY_NAME),
@@ -62,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--dry-run", action="store_true", help="print the table, write nothing")
     sub.add_argument("--again", action="store_true", help="read a download collected before "
                      "once more (notebooks already in the workspace stay as they are)")
+    sub.add_argument("--groups", action="store_true", help="a group assignment: each member "
+                     "of the roster's group gets the notebook a member handed in")
     sub = command("grade", lambda a, w: commands.grade(
         w, a.lesson, a.student, a.again, a.workers, limits(a), a.sandboxed, a.scheduler),
         "grade every submission, in parallel, each written to the gradebook as soon as it is "

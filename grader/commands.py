@@ -45,11 +45,11 @@ def release(lessons: list[str]) -> int:
 
 def collect(workspace: Workspace, source: Path, roster: Path | None = None,
             lesson: str | None = None, fmt: str = "auto", dry_run: bool = False,
-            again: bool = False) -> int:
+            again: bool = False, groups: bool = False) -> int:
     """Collect a download; print the per-file table. 1 if any file or student was skipped."""
     try:
         done = intake.collect(source, workspace, intake.Roster.read(roster) if roster else None,
-                              lesson, fmt, dry_run, again)
+                              lesson, fmt, dry_run, again, groups)
     except intake.CollectError as err:
         raise SystemExit(f"collect: {err}") from None
     if done.rows:

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from ..course import lesson_names
 from ..workspace import Workspace
-from . import formats
+from . import formats, groups
 from .candidates import read_files
 from .download import opened
 from .errors import CollectError, Skip
+from .guesses import download_lesson, refuse_guesses
 from .identify import identify, no_notebook
 from .manifest import Collected, Manifest
 from .students import Roster
@@ -41,9 +42,13 @@ __all__ = ["Collected", "Collection", "CollectError", "Roster", "Row", "Skip", "
 
 def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
             lesson: str | None = None, fmt: str = "auto", dry_run: bool = False,
-            again: bool = False) -> Collection:
+            again: bool = False, share_groups: bool = False) -> Collection:
     """Collect one download into the workspace's submitted/ folder; see the module docstring.
-    A download collected before is not read again unless ``again``."""
+    A download collected before is not read again unless ``again``; ``share_groups``: a
+    group assignment, each member gets the group's notebook (the roster's group column)."""
+    if share_groups and (roster is None or not roster.groups):
+        raise CollectError("--groups needs a roster with a group column (group, group_name "
+                           "or team; Canvas's export of a group set has one)")
     source = Path(source)
     lessons = lesson_names()
     if lesson is not None and lesson not in lessons:
@@ -64,9 +69,16 @@ def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
         entries = download.entries
         kind = formats.detect(entries) if fmt == "auto" else formats.BY_NAME[fmt]
         read = read_files(kind(entries, lessons), lesson)
+        groups.teams(read.candidates, read.rows, roster)
         identify(read.candidates, read.others, roster, manifest)
+        if share_groups:
+            groups.share(read.candidates, read.rows, roster)
+        refuse_guesses(read.candidates, kind, manifest, roster)
         winners = newest(read.candidates, manifest, workspace)
-        no_notebook(read.candidates, read.others)
+        without = no_notebook(read.candidates, read.others)
         if not dry_run:  # the winners are read from the download again as they are written
+            for student, row in without.items():
+                manifest.without_notebook(student, lesson or download_lesson(read.candidates),
+                                          {"entry": row.file, "why": row.details[0]})
             write(winners, workspace, manifest, digest, source.name, kind.name)
     return Collection(source.name, kind.label, read.rows, dry_run=dry_run)

@@ -3,7 +3,9 @@
 A notebook's lesson is read from its content (``lessons``); a group submission gives one
 candidate per member; a student's own zip inside the download is unpacked as that student's
 files, never read for other students' names. Files that are not notebooks are kept with their
-students, so that a student whose files are all ignored gets a row saying so.
+students, so that a student whose files are all ignored gets a row saying so: a link, online
+text or a receipt stands for a submission without a notebook, and a draft the student never
+submitted (Microsoft Teams' ``Working files/``) is never a candidate.
 
 A notebook is read once, a chunk at a time up to ``MAX_NOTEBOOK_BYTES`` (``download``), for its
 hash and its lesson, then let go: a candidate keeps neither its bytes nor its JSON, and the one
@@ -29,6 +31,7 @@ from .table import Row, short
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_NESTED_ZIP_BYTES = 256 << 20
 MAX_NESTED_ENTRIES = 1000
+NO_NOTEBOOK = "no notebook submitted"
 UNREADABLE = (zipfile.BadZipFile, OSError, RuntimeError, ValueError, EOFError, zlib.error)
 
 
@@ -90,7 +93,14 @@ def _read_file(entry: Entry, fmt: Format, row: Row, read: Read, lesson: str | No
         row.skip(str(err))
         return
     row.details += found.notes
-    if ".ipynb_checkpoints" in entry.parts:
+    if found.draft:
+        row.ignore(f"a draft, never graded: {found.draft}")
+        read.others += [(identity, row) for identity in found.identities]
+    elif found.instead:
+        row.outcome = "ignored"
+        row.details.insert(0, f"{NO_NOTEBOOK}: {found.instead}")
+        read.others += [(identity, row) for identity in found.identities]
+    elif ".ipynb_checkpoints" in entry.parts:
         row.ignore("Jupyter's autosave copy, not the notebook")
     elif entry.is_zip():
         _nested(entry, found, row, read, lesson)

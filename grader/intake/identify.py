@@ -5,7 +5,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .candidates import Candidate
+from .candidates import NO_NOTEBOOK, Candidate
 from .errors import Skip
 from .manifest import Manifest
 from .students import Identity, Roster, folder_id, resolve
@@ -101,9 +101,22 @@ def _assign(candidate: Candidate, result: Resolved | Skip) -> None:
         row.details.append(result.note)
 
 
-def no_notebook(candidates: list[Candidate], others: list[tuple[Identity, Row]]) -> None:
-    """A student whose files are all ignored has lost nothing silently: their rows say so."""
+def no_notebook(candidates: list[Candidate],
+                others: list[tuple[Identity, Row]]) -> dict[str, Row]:
+    """A student whose files are all ignored has lost nothing silently: their rows say so.
+    Returns {student: a row} of those whose student is known, for the report."""
     with_notebook = {c.identity.key for c in candidates}
+    with_notebook |= {c.student for c in candidates if c.student}
+    without = {}
     for identity, row in others:
-        if identity.key not in with_notebook and row.outcome in ("ignored", "unpacked"):
-            row.skip(f"no notebook from {identity.describe()}")
+        if identity.key in with_notebook or row.student in with_notebook:
+            continue
+        if row.outcome in ("ignored", "unpacked"):
+            reason = row.details[0] if row.details and row.details[0].startswith(NO_NOTEBOOK) \
+                else NO_NOTEBOOK
+            row.skip(f"{reason} by {identity.describe()}")
+            if reason != NO_NOTEBOOK:
+                del row.details[1]
+        if row.student != "-":
+            without.setdefault(row.student, row)
+    return without

@@ -2,7 +2,8 @@
 
 It keeps each download's hash (a download collected before is not collected again), which LMS
 identity each student id was collected from (a second download of a lesson never makes a second
-student), and each collected notebook's source, hash, time and the LMS's LATE marker.
+student), each collected notebook's source, hash, time and the LMS's LATE marker, and the
+students who handed in no notebook (a link, text, a receipt), whom the report shows as missing.
 ``Collected`` is what the rest of the grader reads of it.
 """
 
@@ -22,6 +23,7 @@ class Manifest:
         self.archives: dict[str, dict] = data.get("archives", {})
         self.students: dict[str, dict[str, dict]] = data.get("students", {})
         self.submissions: dict[str, dict] = data.get("submissions", {})
+        self.no_notebook: dict[str, dict] = data.get("no_notebook", {})
 
     @classmethod
     def load(cls, workspace: Workspace) -> "Manifest":
@@ -64,9 +66,17 @@ class Manifest:
             "how": how, "who": identity.describe()}
         self.submissions[f"{student}/{lesson}"] = source
 
+    def without_notebook(self, student: str, lesson: str, source: dict) -> None:
+        """A student of the download who handed in no notebook (``source``: entry, why); kept
+        until a notebook of theirs for the lesson is collected."""
+        if f"{student}/{lesson}" not in self.submissions:
+            self.no_notebook[f"{student}/{lesson}"] = source
+
     def save(self) -> None:
+        for key in set(self.no_notebook) & set(self.submissions):
+            del self.no_notebook[key]
         data = {"archives": self.archives, "students": self.students,
-                "submissions": self.submissions}
+                "submissions": self.submissions, "no_notebook": self.no_notebook}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
@@ -78,6 +88,8 @@ class Collected:
     late: frozenset[tuple[str, str]] = frozenset()  # (student, lesson) the LMS marked late
     canvas_ids: dict[str, str] = field(default_factory=dict)  # student -> Canvas user id
     names: dict[str, str] = field(default_factory=dict)  # student -> the LMS's name, if any
+    # (student, lesson) -> what they handed in instead of a notebook; lesson "" if not known
+    no_notebook: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @classmethod
     def read(cls, workspace: Workspace) -> "Collected":
@@ -100,4 +112,8 @@ class Collected:
                 who = str(dict(value or {}).get("who", ""))
                 if who.endswith(")") and " (" in who:
                     names.setdefault(student, who[who.rindex(" (") + 2:-1])
-        return cls(frozenset(late), canvas, names)
+        without = {}
+        for key, record in dict(data.get("no_notebook") or {}).items():
+            student, _, lesson = str(key).rpartition("/")
+            without[student, lesson] = str(dict(record or {}).get("why", ""))
+        return cls(frozenset(late), canvas, names, without)

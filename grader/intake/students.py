@@ -1,14 +1,16 @@
 """Whose file it is: the LMS's identities, the class roster, and student ids as folder names.
 
-With a roster (CSV: ``id`` and ``name``, optionally ``lms_id`` and ``email``), a file's student
-is the roster row whose id, LMS id or e-mail is the LMS's id for the student, else the one row
-whose name is the LMS's name (accents, case, punctuation and word order aside). Two rows of that
-name, or two accounts that match one row by name, are ambiguous: skipped and reported. Without a
-roster the LMS's own id is the student (Canvas user id, Gradescope SID, exchange user, file-name
+With a roster (CSV: ``id`` and ``name``, optionally ``lms_id``, ``email`` and ``group``), a file's
+student is the roster row whose id, LMS id or e-mail is the LMS's id for the student, else the one
+row whose name is the LMS's name (accents, case, punctuation and word order aside). Two rows of
+that name, or two accounts that match one row by name, are ambiguous: skipped and reported. Without
+a roster the LMS's own id is the student (Canvas user id, Gradescope SID, exchange user, file-name
 id), or the name where the LMS has no stable id. An id becomes a folder name only if it is one:
-``..``, path separators, control characters and ids over ``MAX_ID_LENGTH`` are refused; spaces
-and non-ASCII letters are mapped to ASCII (``Zoë Ñandú`` -> ``Zoe-Nandu``; a name with no ASCII
-letters -> its Punycode), and the table says so.
+``..``, path separators, control characters and ids over ``MAX_ID_LENGTH`` are refused; spaces and
+non-ASCII letters are mapped to ASCII (``Zoë Ñandú`` -> ``Zoe-Nandu``; a name with no ASCII letters
+-> its Punycode), and the table says so. The roster's group column says who shares a group's
+submission (Canvas's export of a group set, with ``canvas_user_id``, ``login_id`` and
+``group_name``, is such a roster).
 """
 
 import csv
@@ -99,18 +101,21 @@ class RosterRow:
 class Roster:
     """The class list: student ids, names and the LMS's ids for them."""
 
-    ID = ("id", "student_id", "sis_user_id", "username")
+    ID = ("id", "student_id", "sis_user_id", "username", "login_id")
     NAME = ("name", "full_name", "student_name", "student")
     FIRST = ("first_name", "first", "given_name")
     LAST = ("last_name", "last", "family_name", "surname")
     LMS_ID = ("lms_id", "canvas_id", "canvas_user_id", "user_id", "sid", "participant_id")
     EMAIL = ("email", "e_mail", "email_address")
+    GROUP = ("group", "group_name", "team", "team_name")
 
     def __init__(self, rows: list[dict[str, str]], where: str = "the roster"):
         self.rows: dict[str, RosterRow] = {}
         self.ids: dict[str, set[str]] = defaultdict(set)  # the course's ids
         self.lms_ids: dict[str, set[str]] = defaultdict(set)  # the LMS's ids and e-mails
         self.names: dict[str, set[str]] = defaultdict(set)
+        self.groups: dict[str, list[str]] = defaultdict(list)  # squashed group -> its ids
+        self.group_of: dict[str, str] = {}  # id -> the group's name
         for number, row in enumerate(rows, start=2):
             sid = row.get("id", "").strip()
             if not sid:
@@ -126,6 +131,9 @@ class Roster:
                         self.lms_ids[value.strip().casefold()].add(sid)
             for variant in name_variants(name) if name else ():
                 self.names[variant].add(sid)
+            if group := row.get("group", "").strip():
+                self.groups[squash(group)].append(sid)
+                self.group_of[sid] = group
 
     @classmethod
     def read(cls, path: Path) -> "Roster":
@@ -142,7 +150,7 @@ class Roster:
 
         columns = {key: column(options) for key, options in (
             ("id", cls.ID), ("name", cls.NAME), ("first", cls.FIRST), ("last", cls.LAST),
-            ("lms_id", cls.LMS_ID), ("email", cls.EMAIL))}
+            ("lms_id", cls.LMS_ID), ("email", cls.EMAIL), ("group", cls.GROUP))}
         if columns["id"] is None:
             raise CollectError(f"the roster {path} has no id column (one of {', '.join(cls.ID)}; "
                                f"found {', '.join(reader.fieldnames or []) or 'no header'})")
@@ -152,8 +160,12 @@ class Roster:
                       for key, header in columns.items()}
             name = values["name"] or " ".join(filter(None, (values["first"], values["last"])))
             rows.append({"id": values["id"], "name": name, "lms_id": values["lms_id"],
-                         "email": values["email"]})
+                         "email": values["email"], "group": values["group"]})
         return cls(rows, str(path))
+
+    def members(self, team: str) -> list[str]:
+        """The ids of the roster rows whose group is ``team`` (case and accents aside)."""
+        return list(self.groups.get(squash(team), ()))
 
     def resolve(self, identity: Identity) -> tuple[str, str]:
         """(student id, how: "roster-id" or "roster-name"); Skip if the roster cannot tell.

@@ -1,7 +1,8 @@
 """The LMS formats collect reads, one module each, and how a download's format is told.
 
 A format with a sure sign in the download (nbgrader's exchange folders, Gradescope's metadata
-file) is taken first, in the order of ``FORMATS``; otherwise every notebook (or zip) votes for
+file, Teams' ``Submitted files/``, Sakai's ``Submission attachment(s)/``) is taken first, in the
+order of ``FORMATS``; otherwise every notebook (or zip) votes for
 the first format whose naming it follows, and a format wins with at least half of the votes.
 Anything else is read as this course's own naming (``files``). To read a new LMS: a module here
 with its ``Format`` subclass (see ``base.py``), and its place in ``FORMATS``.
@@ -11,14 +12,19 @@ from collections import Counter
 
 from ..download import Entry
 from .base import Format, Found
+from .blackboard import Blackboard
+from .brightspace import Brightspace
 from .canvas import Canvas
 from .classroom import Classroom
 from .exchange import Exchange
 from .files import Files
 from .gradescope import Gradescope
 from .moodle import Moodle
+from .sakai import Sakai
+from .teams import Teams
 
-FORMATS: tuple[type[Format], ...] = (Exchange, Gradescope, Moodle, Canvas, Classroom, Files)
+FORMATS: tuple[type[Format], ...] = (Exchange, Gradescope, Teams, Sakai, Moodle, Blackboard,
+                                     Canvas, Brightspace, Classroom, Files)
 BY_NAME = {fmt.name: fmt for fmt in FORMATS}
 
 __all__ = ["BY_NAME", "FORMATS", "Format", "Found", "detect"]

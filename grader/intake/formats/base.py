@@ -4,7 +4,10 @@ each entry of one is.
 A format is one class: its ``name`` (``--format``), its ``label`` (in messages), ``sure`` (a sign
 no other LMS's download has, such as Gradescope's metadata file) or ``named_like`` (one entry is
 named the way this LMS names files: the formats vote, file by file), and ``parse``, which says
-whose an entry is (``Found``) or raises ``Skip`` saying why it cannot tell. Detection and the
+whose an entry is (``Found``) or raises ``Skip`` saying why it cannot tell. ``Found`` also says
+when a file stands for a submission without a notebook (a link, online text, a receipt:
+``instead``), when it is a draft the student never submitted (``draft``) and when it is a team's
+(``team``, whose members the roster's group column names). Detection and the
 order in which formats are tried live in ``formats/__init__.py``.
 """
 
@@ -29,6 +32,9 @@ class Found:
     late: bool = False
     notes: list[str] = field(default_factory=list)
     secret: bytes | None = None  # nbgrader's submission_secret.txt, for fetch_feedback
+    instead: str = ""  # what the student handed in instead of a notebook ("a link", ...)
+    draft: str = ""  # why this file is a draft the student did not submit: never graded
+    team: str | None = None  # a team's submission: the roster's group column names its members
 
 
 class Format:
@@ -37,6 +43,9 @@ class Format:
     name: ClassVar[str]
     label: ClassVar[str]
     own_files: ClassVar[frozenset[str]] = frozenset()  # the LMS's files, not a student's
+    # each submission names its student outright (an exchange user, a SID): one student's many
+    # submissions are that, not a naming collect misread (``guesses``)
+    names_each_submitter: ClassVar[bool] = False
 
     def __init__(self, entries: list[Entry], lessons: list[str]):
         self.entries, self.lessons = entries, lessons

@@ -44,6 +44,7 @@ MAX_TIMESTAMP_BYTES = 1024  # nbgrader's is 30 characters
 class Exchange(Format):
     name, label = "exchange", "nbgrader exchange"
     own_files = frozenset(EXCHANGE_FILES)
+    names_each_submitter = True
 
     @classmethod
     def sure(cls, entries: list[Entry]) -> bool:

@@ -24,6 +24,7 @@ MAX_METADATA_BYTES = 16 << 20  # a class of a thousand takes under 1 MiB
 class Gradescope(Format):
     name, label = "gradescope", "Gradescope"
     own_files = frozenset({METADATA})
+    names_each_submitter = True
 
     @classmethod
     def sure(cls, entries: list[Entry]) -> bool:
