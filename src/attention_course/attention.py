@@ -106,6 +106,20 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     return out.to(dtype), weights.to(dtype)
 
 
+def masked_attention(query: Tensor, key: Tensor, value: Tensor,
+                     attn_mask: Tensor | None = None, is_causal: bool = False,
+                     scale: float | None = None):
+    """Lesson 03's masked attention: ``scaled_dot_product_attention`` without dropout, with the
+    signature of the lesson's exercise (``is_causal`` third after the tensors and the mask).
+
+    Args and Returns: as ``scaled_dot_product_attention``; bool mask True = may attend, a float
+    mask is added to the scores.
+    Lesson: 03_masking
+    """
+    return scaled_dot_product_attention(query, key, value, attn_mask, is_causal=is_causal,
+                                        scale=scale)
+
+
 def check_query_key(query: Tensor, key: Tensor) -> None:
     """Raise a clear error unless query and key fit together."""
     if query.ndim < 2 or key.ndim < 2:

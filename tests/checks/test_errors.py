@@ -93,7 +93,14 @@ def test_a_pattern_means_its_mistake_only_in_its_exercises():
     mismatch = ("RuntimeError: The size of tensor a (7) must match the size of tensor b (5) at "
                 "non-singleton dimension 3")
     assert explain_error("softmax", mismatch)[0] == "reduction without keepdim=True"
-    assert explain_error("causal_mask", mismatch) is None  # could mean anything there
+    assert explain_error("causal_mask", mismatch)[0] == "two tensors whose axes do not line up"
+
+
+def test_the_generic_shape_error_names_the_axis_and_the_sizes():
+    mismatch = ("RuntimeError: The size of tensor a (7) must match the size of tensor b (5) at "
+                "non-singleton dimension 3")
+    _, hint = explain_error("apply_mask", mismatch)
+    assert "axis 3" in hint and "holds 7 in one and 5 in the other" in hint
 
 
 def test_hints_never_show_the_solution():

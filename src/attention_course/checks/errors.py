@@ -84,7 +84,7 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                BROADCAST + r" at non-singleton dimension 3", *KEEPDIM),
     KnownError(frozenset({"attention_scores", "scaled_dot_product_attention"}) | MHA,
                BROADCAST + r" at non-singleton dimension [0-2]\b", *TRANSPOSED_EVERY_AXIS),
-    KnownError(frozenset({"masked_attention"}), BROADCAST + r" at non-singleton dimension 3",
+    KnownError(frozenset({"masked_attention"}) | MHA, BROADCAST + r" at non-singleton dimension 3",
                "shapes that differ along the keys' axis",
                "Something combined with the (B, H, T, S) scores has another length along the "
                "last axis, the keys'. Here T != S: a causal mask must be (T, S), not (T, T); and "
@@ -104,6 +104,13 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "one angle per dimension instead of one per pair",
                "pe[:, 0::2] and pe[:, 1::2] each hold C / 2 columns: compute one angle per pair "
                "i (C / 2 of them), shared by the sine and the cosine of that pair."),
+    KnownError(EVERY, r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b "
+                      r"\((?P<b>\d+)\) at non-singleton dimension (?P<axis>\d+)",
+               "two tensors whose axes do not line up",
+               "Two tensors were combined element by element and their axis {axis} (counted "
+               "from the front, after broadcasting) holds {a} in one and {b} in the other. "
+               "Print both shapes just before that line: one of them has its axes in another "
+               "order, or lost an axis in a reduction (keepdim=True keeps it)."),
     # ------------------------------------------------ matrix products
     KnownError(frozenset({"one_hot_embedding"}), MATMUL,
                "one-hot width taken from the ids instead of the vocabulary",
@@ -189,6 +196,12 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "was given is a question about None; masks combine element by element with & "
                "and |."),
     # ------------------------------------------------ dtypes
+    KnownError(EVERY, r"long int != |!= long int|expected scalar type Long but found|"
+                      r"expected scalar type \w+ but found Long",
+               "an integer (int64) tensor multiplied with a float one",
+               "F.one_hot, torch.arange and argmax give int64 tensors, and a matrix product "
+               "does not mix integers with floats. Turn the integer tensor into floats of the "
+               "other operand's dtype (the weight's) before the product."),
     KnownError(EVERY, r"expected m1 and m2 to have the same dtype|expected scalar type "
                       r"(Float|Double|Half|BFloat16) but found|to have the same dtype",
                "float32 tensor mixed with float64 inputs",
@@ -202,7 +215,8 @@ def explain_error(exercise_name: str, error: str) -> tuple[str, str] | None:
     """(mistake, hint) for the text of an error raised by the student's code on exercise
     ``exercise_name`` (e.g. "softmax", "MultiHeadAttention.forward"), or None if unknown."""
     for row in KNOWN_ERRORS:
-        if (not row.exercises or exercise_name in row.exercises) and re.search(row.pattern,
-                                                                              error):
-            return row.mistake, row.hint
+        found = re.search(row.pattern, error)
+        if found and (not row.exercises or exercise_name in row.exercises):
+            named = found.groupdict()  # sizes and axes quoted from the error's text
+            return row.mistake, row.hint.format(**named)
     return None

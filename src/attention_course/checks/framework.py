@@ -12,8 +12,10 @@ any correct summation order: einsum, loops, float64 internals); NaN must sit whe
 output has NaN; bool outputs must be equal.
 """
 
+import inspect
 import itertools
 import os
+import re
 import traceback
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -57,6 +59,7 @@ class Exercise:
     variant: Callable | None = None  # variant(*args, **knobs, **kwargs) -> a wrong output
     forbidden: Forbidden = Forbidden()
     assess: Callable | None = None  # assess(case, outputs) -> a problem in words, or None
+    nan_gradient: Mistake | None = None  # named when a gradient is NaN where the reference's is not
 
 
 @dataclass
@@ -110,7 +113,9 @@ def judge(exercise: Exercise, case: Case, observation: Observation, expected: Ob
     if observation.shortcuts:
         return Verdict(False, f"{name}: your code calls {observation.shortcuts[0]}, which is what "
                               f"this exercise asks you to write yourself. Shortcut refused: use "
-                              f"basic tensor operations (earlier lessons' functions are fine).",
+                              f"basic tensor operations (earlier lessons' functions are fine). "
+                              f"Stuck? Import the reference under this exercise's name (the "
+                              f"lesson shows the line) to go on.",
                        mistake="shortcut")
     if observation.error:
         message = f"{name} raised {observation.error}\n  tested: {where}"
@@ -133,7 +138,7 @@ def judge(exercise: Exercise, case: Case, observation: Observation, expected: Ob
     if case.grad:
         problem = _gradient_problem(observation.grads, expected.grads)
         if problem:
-            return Verdict(False, f"{name}: {problem}\n  tested: {where}")
+            return _gradient_verdict(exercise, problem, where, observation.grads, expected.grads)
     return Verdict(True)
 
 
@@ -144,14 +149,37 @@ def _output_problem(exercise: Exercise, got: tuple, expected: tuple) -> str | No
     for (name, shape_words), g, e in zip(exercise.outputs, got, expected, strict=True):
         if not isinstance(g, Tensor):
             return f"`{name}` is a {type(g).__name__}, expected a tensor"
+        if g.device.type != e.device.type:
+            return (f"`{name}` is on the device {g.device.type}, expected {e.device.type}: "
+                    f"create new tensors on the device you are given (device=...), or on the "
+                    f"device of the inputs")
         if g.shape != e.shape:
             return (f"`{name}` has shape {tuple(g.shape)}, expected {tuple(e.shape)} "
-                    f"{shape_words}")
+                    f"{shape_words}: {_axes_problem(g.shape, e.shape, shape_words)}")
         if g.dtype != e.dtype:
             return f"`{name}` has dtype {g.dtype}, expected {e.dtype}: {_dtype_hint(e.dtype)}"
         if not matches(g, e):
             return f"`{name}` has wrong values: {_difference(g, e)}"
     return None
+
+
+def _axes_problem(got: torch.Size, expected: torch.Size, shape_words: str) -> str:
+    """Which axes are wrong, named from ``shape_words`` ("(B, H, T, S): ...") when it names
+    every axis."""
+    named = re.match(r"\(([^)]*)\)", shape_words)
+    names = [n.strip() for n in named.group(1).split(",")] if named else []
+    if len(got) != len(expected):
+        more = "one more axis" if len(got) == len(expected) + 1 else \
+            "one axis fewer" if len(got) + 1 == len(expected) else \
+            f"{len(got)} axes instead of {len(expected)}"
+        return (f"{more}. A reduction without keepdim=True, or indexing with a number, drops "
+                f"an axis; broadcasting two tensors whose axes do not line up adds one")
+    names = names if len(names) == len(expected) else [f"axis {i}" for i in range(len(got))]
+    wrong = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
+    words = ", ".join(f"{names[i]} is {got[i]} instead of {expected[i]}" for i in wrong)
+    swapped = (len(wrong) == 2 and got[wrong[0]] == expected[wrong[1]]
+               and got[wrong[1]] == expected[wrong[0]])
+    return words + (f" ({names[wrong[0]]} and {names[wrong[1]]} swapped)" if swapped else "")
 
 
 def _dtype_hint(expected: torch.dtype) -> str:
@@ -163,25 +191,72 @@ def _dtype_hint(expected: torch.dtype) -> str:
 
 def matches(got: Tensor, expected: Tensor) -> bool:
     """True when ``got`` equals ``expected`` within the tolerance policy."""
-    if got.shape != expected.shape or got.dtype != expected.dtype:
+    if got.shape != expected.shape or got.dtype != expected.dtype \
+            or got.device.type != expected.device.type:
         return False
+    if expected.is_meta:  # no values: shape, dtype and device are all there is
+        return True
     if expected.dtype == torch.bool or not expected.is_floating_point():
         return torch.equal(got, expected)
     rtol, atol = TOLERANCES.get(expected.dtype, DEFAULT_TOLERANCE)
     return torch.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
 
 
-def _difference(got: Tensor, expected: Tensor) -> str:
+def _difference(got: Tensor, expected: Tensor, causes: bool = True) -> str:
     if not expected.is_floating_point():
         wrong = (got != expected).nonzero()
         return f"{len(wrong)} entries differ, the first at index {tuple(wrong[0].tolist())}"
     if got.isnan().any() and not expected.isnan().any():
         where = tuple(got.isnan().nonzero()[0].tolist())
-        return f"it contains NaN (first at index {where}) where the expected output has none"
+        cause = f" {_nan_cause(got, expected)}" if causes else ""
+        return f"it contains NaN (first at index {where}) where the expected output has none.{cause}"
+    factor = _constant_factor(got, expected)
+    if factor is not None:
+        return (f"every value is {factor:.4g} times the expected one: a constant factor too "
+                f"many or too few (a scale?)")
     error = torch.where(got == expected, 0.0, (got - expected).abs()).nan_to_num(nan=float("inf"))
     index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
     return (f"largest difference {error.max().item():.3g} at index {index} "
             f"(got {got[index].item():.4g}, expected {expected[index].item():.4g})")
+
+
+def _nan_cause(got: Tensor, expected: Tensor) -> str:
+    """Where the NaN come from, in words, when their place says it."""
+    if expected.ndim >= 1 and expected.shape[-1] > 0:
+        empty = (expected == 0).all(dim=-1)  # rows where every key is hidden
+        if empty.any() and not got[~empty].isnan().any():
+            return ("They sit in the rows where every key is hidden: softmax over a row of -inf "
+                    "is 0/0. Such rows get weights 0 and output 0.")
+    if got.isinf().any():
+        return "It also has inf: exp() of a large number overflows, and inf / inf is NaN."
+    return ("NaN comes from inf - inf or 0 / 0: exp() of large scores overflows (subtract the "
+            "maximum first), exp() of scores far below 0 underflows to 0 for a whole row (a "
+            "running maximum that starts at 0), or every score of a row is -inf.")
+
+
+def _constant_factor(got: Tensor, expected: Tensor) -> float | None:
+    """r when got = r * expected for one r != 1 (within the tolerance), else None."""
+    finite = expected.isfinite() & got.isfinite() & (expected.abs() > 1e-6)
+    if finite.sum() < 2 or not (got.isfinite() == expected.isfinite()).all():
+        return None
+    ratio = got[finite] / expected[finite]
+    r = ratio.median()
+    if not torch.isfinite(r) or abs(r.item() - 1.0) < 1e-3 or r.item() == 0.0:
+        return None
+    return r.item() if matches(got, expected * r) else None
+
+
+def _gradient_verdict(exercise: Exercise, problem: str, where: str, got: dict,
+                      expected: dict) -> Verdict:
+    message = f"{exercise.name}: {problem}\n  tested: {where}"
+    mistake = exercise.nan_gradient
+    nan_where_finite = any(g is not None and e is not None and g.isnan().any()
+                           and not e.isnan().any() for g, e in
+                           ((got.get(name), e) for name, e in expected.items()))
+    if mistake is None or not nan_where_finite:
+        return Verdict(False, message)
+    return Verdict(False, f"{message}\n  This is a known mistake: \"{mistake.name}\".\n"
+                          f"  Hint: {mistake.hint}", mistake=mistake.name)
 
 
 def _gradient_problem(got: dict, expected: dict) -> str | None:
@@ -194,7 +269,8 @@ def _gradient_problem(got: dict, expected: dict) -> str | None:
                     f".detach(), .item(), .numpy(), torch.no_grad() and rebuilding tensors "
                     f"from values (torch.tensor(...)).")
         if not matches(g, e):
-            return f"the gradient with respect to `{name}` is wrong: {_difference(g, e)}"
+            return (f"the gradient with respect to `{name}` is wrong: "
+                    f"{_difference(g, e, causes=False)}")
     return None
 
 
@@ -278,12 +354,33 @@ def run_check(exercise: Exercise, student: Callable | Harnessed | Target, cases:
     if session is not None:
         session.run(exercise, student, cases, reference, reference_parameters)
         return
+    borrowed = _course_object(student)
+    if borrowed and not os.environ.get("NBGRADER_EXECUTION"):  # graded: refused as a shortcut
+        print(REFERENCE_IN_USE.format(name=exercise.name, reference=borrowed))
+        return
     built = student.build() if isinstance(student, Harnessed) else student
     parameters = getattr(built, "probe_parameters", None)
     seen = [observe(exercise.inputs, exercise.forbidden, built, case, parameters)
             for case in cases]
     judge_all(exercise, cases, seen, reference, reference_parameters)
     print(f"ok: {exercise.name} passed {len(cases)} check{'s' * (len(cases) != 1)}")
+
+
+REFERENCE_IN_USE = (
+    "{name}: this is the course's reference ({reference}), not your code. That is fine for "
+    "going on with the lesson; the grade needs your own {name}, so come back to it: run its "
+    "cell with your code again, then this check.")
+
+
+def _course_object(student) -> str | None:
+    """The qualified name of the course's own function or class given as the student's (the
+    "Stuck?" path: a reference imported under the exercise's name), else None."""
+    obj = student.args[0] if isinstance(student, Harnessed) and student.args else student
+    module = getattr(obj, "__module__", None) or ""
+    if (inspect.isfunction(obj) or inspect.isclass(obj)) and module.startswith(
+            "attention_course.") and not module.startswith(__package__):
+        return f"{module}.{obj.__qualname__}"
+    return None
 
 
 def judge_all(exercise: Exercise, cases: list[Case], seen: list[Observation],

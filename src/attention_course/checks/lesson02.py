@@ -86,7 +86,8 @@ def scores_variant(query, key, scale=None, *, scale_rule="sqrt", honour_scale=Tr
                    transpose=False):
     D = query.shape[-1]
     default = {"sqrt": D ** -0.5, "none": 1.0, "d": 1.0 / D, "times_sqrt": D ** 0.5}[scale_rule]
-    factor = default if scale is None or not honour_scale else scale
+    honoured = {True: scale is not None, False: False, "truthy": bool(scale)}[honour_scale]
+    factor = scale if honoured else default
     scores = key @ query.transpose(-2, -1) if transpose else query @ key.transpose(-2, -1)
     return scores * factor
 
@@ -106,6 +107,11 @@ IGNORES_SCALE = Mistake(
     "ignores the scale argument",
     "Use `scale` when it is given; fall back to 1/sqrt(D) only when it is None.",
     {"honour_scale": False})
+ZERO_SCALE_AS_NONE = Mistake(
+    "scale=0 treated as no scale (scale or default)",
+    "`scale or 1/sqrt(D)` replaces every falsy scale, and 0 is falsy: a scale of 0 is a legal "
+    "choice (every key gets the same weight). Test `scale is None` instead.",
+    {"honour_scale": "truthy"})
 
 ATTENTION_SCORES = Exercise(
     name="attention_scores",
@@ -114,7 +120,7 @@ ATTENTION_SCORES = Exercise(
     outputs=(("scores", "(B, H, T, S): one row per query, one column per key"),),
     variant=scores_variant,
     mistakes=SCALE_MISTAKES + (
-        IGNORES_SCALE,
+        IGNORES_SCALE, ZERO_SCALE_AS_NONE,
         Mistake("scores transposed (keys x queries)",
                 "Compute query @ key^T, so row t holds query t against every key: "
                 "(B,H,T,D) @ (B,H,D,S) -> (B,H,T,S).", {"transpose": True}),
@@ -142,6 +148,8 @@ def check_attention_scores(fn, seed: int = 0) -> None:
         Case("float64, with gradients", attention_inputs(g, 2, 3, 5, 7, 4, dtype=torch.float64),
              grad=True),
         Case("an explicit scale=0.3", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": 0.3}),
+        Case("scale=0 (legal: every score 0)", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": 0.0}),
+        Case("a negative scale=-0.5", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": -0.5}),
         Case("one sequence without batch dims, (T, D) and (S, D)", attention_inputs(g, 5, 7, 4)),
         Case("extra batch dims (2, 2, 3, T, D)", attention_inputs(g, 2, 2, 3, 5, 7, 4)),
     ]
@@ -179,7 +187,8 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
     inputs=("query", "key", "value"),
     outputs=ATTENTION_OUTPUTS,
     variant=attention_variant,
-    mistakes=SCALE_MISTAKES + (SOFTMAX_OVER_QUERIES, SCORES_TIMES_VALUES, IGNORES_SCALE),
+    mistakes=SCALE_MISTAKES + (SOFTMAX_OVER_QUERIES, SCORES_TIMES_VALUES, IGNORES_SCALE,
+                               ZERO_SCALE_AS_NONE),
     forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
                      ATTENTION_BUILTINS),
 )
@@ -197,6 +206,11 @@ def check_scaled_dot_product_attention(fn, seed: int = 0) -> None:
                                                          dtype=torch.float64), grad=True),
         Case("self-attention sizes, T = S = 6", attention_inputs(g, 2, 3, 6, 6, 4, dv=4)),
         Case("an explicit scale=0.3", attention_inputs(g, 2, 3, 5, 7, 4, dv=6), {"scale": 0.3}),
+        Case("scale=0 (legal: every key gets the same weight)",
+             attention_inputs(g, 2, 3, 5, 7, 4, dv=6), {"scale": 0.0}),
+        Case("a negative scale=-0.5, float64, with gradients",
+             attention_inputs(g, 2, 3, 5, 7, 4, dv=6, dtype=torch.float64), {"scale": -0.5},
+             grad=True),
         Case("one sequence without batch dims", attention_inputs(g, 5, 7, 4, dv=6)),
         Case("extra batch dims (2, 2, 3, T, D)", attention_inputs(g, 2, 2, 3, 5, 7, 4, dv=6)),
     ]

@@ -9,6 +9,7 @@ from .lesson02 import (
     ATTENTION_BUILTINS,
     ATTENTION_OUTPUTS,
     IGNORES_SCALE,
+    ZERO_SCALE_AS_NONE,
     NO_BUILT_IN_ATTENTION,
     SOFTMAX_OVER_QUERIES,
     attention_inputs,
@@ -54,6 +55,12 @@ EMPTY_ROWS_NAN_WITH_FLOAT_MASK = Mistake(
     "A float mask can hide a whole row too (all -inf). Find the rows with no allowed key from "
     "the masked scores themselves, whatever the kind of mask, and give them zero weights.",
     {"empty_rows": "nan_with_float_mask"})
+NAN_REPLACED_AFTER_SOFTMAX = Mistake(
+    "NaN of fully masked rows replaced after the softmax (NaN gradients)",
+    "The output is right, but the softmax of a row of -inf still computed NaN, and the backward "
+    "pass goes through it: NaN * 0 is NaN, so nan_to_num, torch.where or masked_fill afterwards "
+    "cannot clean the gradient. Never let the softmax see a row of -inf: give such rows finite "
+    "scores (0, say) before the softmax, then set their weights to 0.")
 CAUSAL_IGNORED_WITH_MASK = Mistake(
     "is_causal ignored when attn_mask is given",
     "is_causal=True and attn_mask apply together: a key is visible only if both allow it, "
@@ -79,9 +86,9 @@ def _empty_rows_filled(got, expected) -> bool:
 # ---------------------------------------------------------------- causal mask
 
 def causal_variant(T, S=None, device=None, *, diagonal=0, transposed=False, inverted=False,
-                   bottom_right=False):
+                   bottom_right=False, honour_device=True):
     S = T if S is None else S
-    ones = torch.ones(T, S, dtype=torch.bool, device=device)
+    ones = torch.ones(T, S, dtype=torch.bool, device=device if honour_device else None)
     offset = diagonal + (S - T if bottom_right else 0)
     mask = ones.triu(-offset) if transposed else ones.tril(offset)
     return ~mask if inverted else mask
@@ -109,6 +116,10 @@ CAUSAL_MASK = Exercise(
                 "For T != S we follow is_causal=True of F.scaled_dot_product_attention: "
                 "query t sees keys 0..t (top-left aligned), whatever S is.",
                 {"bottom_right": True}),
+        Mistake("device argument ignored",
+                "The mask must be built on the device it is given (a GPU, say), where the "
+                "scores it masks live: pass device=device to the function that creates it.",
+                {"honour_device": False}),
     ),
     forbidden=forbid([masks.causal_mask]),
 )
@@ -122,6 +133,8 @@ def check_causal_mask(fn, seed: int = 0) -> None:
         Case("more queries than keys, T = 6, S = 4", (6, 4)),
         Case("a single position", (1,)),
         Case("device given", (3,), {"device": "cpu"}),
+        Case("device='meta' (a device without data: the mask must be built there)", (4, 6),
+             {"device": "meta"}),
     ]
     run_check(CAUSAL_MASK, fn, cases)
 
@@ -234,20 +247,20 @@ def masked_attention_variant(query, key, value, attn_mask=None, is_causal=False,
         weights = torch.softmax(scores, dim=softmax_dim).masked_fill(hidden, 0.0)
         return weights @ value, weights
     scores = apply_variant(scores, attn_mask, inverted=inverted, fill=fill, float_mask=float_mask)
-    weights = torch.softmax(scores, dim=softmax_dim)
     if empty_rows == "zero" or empty_rows == "nan_with_float_mask" and not float_mask_given:
-        weights = weights.nan_to_num(0.0)
+        # rows with no allowed key: finite scores into the softmax (no NaN, in the gradients
+        # either), zero weights out of it
+        empty = scores.isneginf().all(dim=-1, keepdim=True)  # (B, H, T, 1)
+        weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=softmax_dim)
+        return weights.masked_fill(empty, 0.0).nan_to_num(0.0) @ value, \
+            weights.masked_fill(empty, 0.0).nan_to_num(0.0)
+    weights = torch.softmax(scores, dim=softmax_dim)
     return weights @ value, weights
-
-
-def _masked_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
-    return attention.scaled_dot_product_attention(query, key, value, attn_mask,
-                                                  is_causal=is_causal, scale=scale)
 
 
 MASKED_ATTENTION = Exercise(
     name="masked_attention",
-    reference=_masked_attention,
+    reference=attention.masked_attention,
     inputs=("query", "key", "value", "attn_mask"),
     outputs=ATTENTION_OUTPUTS,
     variant=masked_attention_variant,
@@ -267,10 +280,11 @@ MASKED_ATTENTION = Exercise(
                 "Apply attn_mask to the scores before the softmax (and combine it with the "
                 "causal mask when is_causal=True).", {"use_mask": False}),
         FLOAT_MASK_IGNORED, FLOAT_MASK_AS_BOOL,
-        SOFTMAX_OVER_QUERIES, IGNORES_SCALE,
+        SOFTMAX_OVER_QUERIES, IGNORES_SCALE, ZERO_SCALE_AS_NONE,
     ),
-    forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
+    nan_gradient=NAN_REPLACED_AFTER_SOFTMAX,
+    forbidden=forbid((attention.masked_attention, attention.scaled_dot_product_attention)
+                     + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
 )
 
 
@@ -304,9 +318,11 @@ def check_masked_attention(fn, seed: int = 0) -> None:
              self_qkv + (masks.padding_mask(torch.tensor([6, 3]), 6),), {"is_causal": True}),
         Case("is_causal=True together with a float mask (both apply)",
              self_qkv + (self_additive,), {"is_causal": True}),
-        Case("a float mask whose query 3 may attend to nothing (a row of -inf)",
-             qkv + (additive_with_empty_row,)),
+        Case("a float mask whose query 3 may attend to nothing (a row of -inf), with gradients",
+             qkv + (additive_with_empty_row,), grad=True),
         Case("an explicit scale=0.3", qkv, {"scale": 0.3}),
+        Case("scale=0 with a padding mask (every visible key gets the same weight)",
+             qkv + (masks.padding_mask(torch.tensor([7, 4]), 7),), {"scale": 0.0}),
         Case("one sequence without batch dims, (T, D) and (S, D), with a (T, S) bool mask",
              attention_inputs(g, 5, 7, 4, dv=6) + (masks.causal_mask(5, 7),)),
         Case("extra batch dims (2, 2, 3, T, D), is_causal=True",

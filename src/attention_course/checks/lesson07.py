@@ -196,7 +196,7 @@ def tiled_variant(query, key, value, is_causal=False, scale=None, block_size=64,
     loop over the blocks or its scale."""
     T, S = query.shape[-2], key.shape[-2]
     factor = SCALES[scale_rule](query.shape[-1]) if scale is None or not honour_scale else scale
-    m = torch.full_like(query[..., :1], NEG_INF)
+    m = torch.full_like(query[..., :1], 0.0 if shift == "from_zero" else NEG_INF)
     l = torch.zeros_like(m)
     acc = query.new_zeros(*query.shape[:-1], value.shape[-1])
     offset = {"absolute": S - T, "block": S - T, "top_left": 0}[positions]
@@ -238,6 +238,11 @@ TILED_MISTAKES = (
             "exp(score) overflows to inf for scores above about 88 (float32). Keep the "
             "running maximum m of each query's scores and exponentiate score - m.",
             {"shift": "none"}),
+    Mistake("running max started at 0 instead of -inf",
+            "A running maximum that starts at 0 never drops below 0: when every score of a "
+            "query is far below 0 (under about -88 in float32), exp(score - 0) underflows to "
+            "0 for every key, the sum is 0 and 0 / 0 is NaN. Start it at -inf, so the first "
+            "block's own maximum takes over.", {"shift": "from_zero"}),
     Mistake("causal mask built from the positions inside the block",
             "Key j of a block that starts at `start` is key start + j of the sequence: compare "
             "the queries' positions with the keys' positions in the whole sequence, not in "
@@ -276,6 +281,11 @@ def check_tiled_attention(fn, seed: int = 0) -> None:
                 spread * randn(*batch, S, D, generator=g, dtype=dtype),
                 randn(*batch, S, Dv, generator=g, dtype=dtype))
 
+    def far_below(*batch, T, S, D=4, Dv=5):  # query against key: every score about -200 or less
+        return (-10 * (1 + torch.rand(*batch, T, D, generator=g)),
+                10 * (1 + torch.rand(*batch, S, D, generator=g)),
+                randn(*batch, S, Dv, generator=g))
+
     cases = [
         Case("T = 20 queries, S = 30 keys in blocks of 4 (the last block holds 2); B, H, D, Dv "
              "= 2, 3, 4, 5", inputs(2, 3, T=20, S=30), {"block_size": 4}),
@@ -287,6 +297,9 @@ def check_tiled_attention(fn, seed: int = 0) -> None:
              {"block_size": 2}, grad=True),
         Case("large scores (about 100): exp() overflows without a running max, blocks of 3",
              inputs(2, 3, T=5, S=9, spread=6.0), {"block_size": 3}),
+        Case("every score far below -88 (about -200 and lower): exp() underflows to 0 unless "
+             "each query's running max starts at -inf, blocks of 3", far_below(2, 3, T=5, S=7),
+             {"block_size": 3}),
         Case("an explicit scale=0.3, blocks of 3", inputs(2, 3, T=5, S=7),
              {"scale": 0.3, "block_size": 3}),
         Case("block_size = 16, larger than S = 7: a single block", inputs(2, 3, T=5, S=7),

@@ -142,7 +142,14 @@ def embedding_with_positions_for_the_batch(token_ids, weight, pe):
     return weight[token_ids] * math.sqrt(weight.shape[1]) + pe[: token_ids.shape[0]]
 
 
+def one_hot_left_as_integers(token_ids, weight):
+    """The most common slip of lesson 01: F.one_hot gives int64, multiplied with floats."""
+    return F.one_hot(token_ids, weight.shape[0]) @ weight
+
+
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
+    ("one_hot_embedding", one_hot_left_as_integers,
+     "an integer (int64) tensor multiplied with a float one"),
     ("one_hot_embedding", one_hot_without_num_classes,
      "one-hot width taken from the ids instead of the vocabulary"),
     ("one_hot_embedding", one_hot_in_float32, "float32 tensor mixed with float64 inputs"),

@@ -344,7 +344,15 @@ def to_mha_inverting_every_mask(attn_mask):
     return ~attn_mask
 
 
+def apply_mask_transposed(scores, attn_mask):
+    """A (T, S) mask turned over before use: its axes no longer line up with the scores'."""
+    if attn_mask is None or attn_mask.is_floating_point():
+        return scores if attn_mask is None else scores + attn_mask
+    return scores.masked_fill(~attn_mask.mT, NEG_INF)
+
+
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
+    ("apply_mask", apply_mask_transposed, "two tensors whose axes do not line up"),
     ("causal_mask", causal_by_tril_of_sizes, "torch function given a Python number"),
     ("padding_mask", padding_without_a_column,
      "lengths compared with the positions without lining up their axes"),

@@ -3,6 +3,7 @@
 import inspect
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,7 +87,29 @@ class _TorchCalls(TorchFunctionMode):
         name = getattr(func, "__name__", None)
         if self.forbidden.forbids_builtin(name):
             self.called.append(f"torch's built-in {name}")
-        return func(*args, **(kwargs or {}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = func(*args, **(kwargs or {}))
+        for warning in caught:
+            _warn_again(warning)
+        return result
+
+
+_REGISTRY: dict = {}  # what was warned again, so that "default" shows each warning once
+
+
+def _warn_again(warning: warnings.WarningMessage) -> None:
+    """A warning that torch raised while this mode ran ``func``, where it belongs: a warning of
+    torch's C++ code names the Python line running at the time, which is this module's, not the
+    student's line that called torch (``x.T`` on a batch, say)."""
+    if warning.filename != __file__:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                               warning.lineno, registry=_REGISTRY)
+        return
+    caller = sys._getframe(2)  # 0: here, 1: __torch_function__, 2: the code that called torch
+    warnings.warn_explicit(warning.message, warning.category, caller.f_code.co_filename,
+                           caller.f_lineno, module=caller.f_globals.get("__name__"),
+                           registry=caller.f_globals.setdefault("__warningregistry__", {}))
 
 
 def _restore_profiler(previous) -> None:

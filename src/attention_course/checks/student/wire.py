@@ -25,6 +25,7 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
     torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
 MAX_DIMS = 16
+MAX_META_ELEMENTS = 1 << 40  # a meta tensor holds no data, but torch refuses absurd sizes
 MAX_HEADER = 1 << 20  # an honest message's JSON is a few kilobytes: the data is in the blob
 PLAIN = (bool, int, float, str, type(None))
 
@@ -45,6 +46,9 @@ def dumps(value, lenient: bool = False) -> bytes:
 
 
 def _tree(value, blob: bytearray, lenient: bool):
+    if type(value) in (Tensor, nn.Parameter) and value.is_meta:
+        return {"~": "meta", "dtype": str(value.dtype).removeprefix("torch."),
+                "shape": list(value.shape)}
     if type(value) in (Tensor, nn.Parameter):
         tensor = value.detach().cpu().contiguous()
         at = len(blob)
@@ -111,6 +115,8 @@ def _value(tree, blob: _Blob):
     kind = tree.get("~")
     if kind == "tensor":
         return _tensor(tree, blob)
+    if kind == "meta":
+        return _meta(tree)
     if kind == "tuple":
         return tuple(_value(v, blob) for v in _of(tree["items"], list))
     if kind == "dict":
@@ -129,11 +135,22 @@ def _stand_in(name: str) -> type:
     return type(name, (), {})
 
 
-def _tensor(tree: dict, blob: _Blob) -> Tensor:
-    dtype = _dtype(tree["dtype"])
+def _shape(tree: dict) -> list[int]:
     shape = _of(tree["shape"], list)
     if len(shape) > MAX_DIMS or any(type(n) is not int or n < 0 for n in shape):
         raise Malformed(f"bad shape {shape[:MAX_DIMS + 1]}")
+    return shape
+
+
+def _meta(tree: dict) -> Tensor:
+    dtype, shape = _dtype(tree["dtype"]), _shape(tree)
+    if math.prod(shape) > MAX_META_ELEMENTS:
+        raise Malformed(f"a meta tensor of {math.prod(shape)} elements")
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _tensor(tree: dict, blob: _Blob) -> Tensor:
+    dtype, shape = _dtype(tree["dtype"]), _shape(tree)
     size = math.prod(shape) * dtype.itemsize  # exact: Python integers
     raw = bytearray(blob.take(_of(tree["at"], int), size))  # a copy: the tensor owns its memory
     flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
