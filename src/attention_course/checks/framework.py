@@ -209,7 +209,8 @@ def _difference(got: Tensor, expected: Tensor, causes: bool = True) -> str:
     if got.isnan().any() and not expected.isnan().any():
         where = tuple(got.isnan().nonzero()[0].tolist())
         cause = f" {_nan_cause(got, expected)}" if causes else ""
-        return f"it contains NaN (first at index {where}) where the expected output has none.{cause}"
+        return (f"it contains NaN (first at index {where}) where the expected output has "
+                f"none.{cause}")
     factor = _constant_factor(got, expected)
     if factor is not None:
         return (f"every value is {factor:.4g} times the expected one: a constant factor too "

@@ -9,9 +9,9 @@ from .lesson02 import (
     ATTENTION_BUILTINS,
     ATTENTION_OUTPUTS,
     IGNORES_SCALE,
-    ZERO_SCALE_AS_NONE,
     NO_BUILT_IN_ATTENTION,
     SOFTMAX_OVER_QUERIES,
+    ZERO_SCALE_AS_NONE,
     attention_inputs,
     scores_variant,
 )
