@@ -280,9 +280,13 @@ def report(workspace: Workspace) -> int:
     """Write the class report, grades.csv and canvas.csv from the gradebook."""
     lessons = course_points()
     results, found, stale = _gradebook_view(workspace)
-    grades, page = write_report(results, lessons, workspace.report, found)
-    canvas = write_canvas_csv(workspace.report / "canvas.csv", found, lessons,
-                              Collected.read(workspace), course_policy(workspace).canvas)
+    collected, course = Collected.read(workspace), course_policy(workspace)
+    no_notebook = {key: why for key, why in collected.no_notebook.items() if key not in found}
+    assigned = {*course.due, *(lesson for _, lesson in no_notebook if lesson)}
+    grades, page = write_report(results, lessons, workspace.report, found, no_notebook,
+                                assigned)
+    canvas = write_canvas_csv(workspace.report / "canvas.csv", found, lessons, collected,
+                              course.canvas, assigned)
     print(f"class report: {page}\ngrades for the LMS: {grades}\nfor Canvas's gradebook "
           f"import: {canvas}")
     _say_if_out_of_date(stale)

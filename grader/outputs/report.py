@@ -1,13 +1,17 @@
 """The class report: grades.csv for the LMS and one self-contained report.html with plots.
 
 Both are read from the gradebook, the one source of truth: the standings (``records.standings``:
-what each submission counts with, a score a human set winning, the late penalty taken off) and
-the newest result of each submission (its exercises, diagnoses and flags). The CSV has a row per
+what each submission counts with, a score a human set winning, the late penalty taken off) and the
+newest result of each submission (its exercises, diagnoses and flags). The CSV has a row per
 student the gradebook holds and, for each lesson with a due date or a late submission, how late
 each student was and the penalty; the page adds the statistics a teacher acts on (scores per
-lesson, pass rate per exercise, the most frequent named mistakes), what needs a human, answers
-that look alike, scores set by hand and lateness. The page is laid out by
-templates/report.html.j2; it embeds its plots as PNG data URIs and loads nothing from anywhere.
+lesson, pass rate per exercise, the most frequent named mistakes), what needs a human, answers that
+look alike, scores set by hand and lateness. Students are listed in natural order (s2 before s10),
+with those who handed in no notebook (collect's manifest) shown missing; only the lessons that were
+assigned (a submission, a due date) have columns and plots. Answers that look alike are shown as
+clusters, the largest first and ``SHOWN_CLUSTERS`` at most, every pair in alike.csv; every section
+is linked from the top of the page. The page is laid out by templates/report.html.j2; it embeds its
+plots as PNG data URIs and loads nothing from anywhere.
 
 Every CSV the grader writes goes through ``write_csv``, which keeps a spreadsheet from running
 any cell as a formula (OWASP's rule against CSV injection): a student's name or id from an LMS
@@ -25,32 +29,45 @@ from typing import NamedTuple
 
 from ..grading.results import Outcome, Result
 from ..records.standings import Standing, Standings
-from .alike import alike_pairs
+from .alike import alike_clusters, alike_pairs
+from .order import natural, naturally
 from .plots import mistakes_figure, pass_rate_figure, png_data_uri, score_distribution_figure
 from .render import format_points, render
 
 Lessons = Mapping[str, Sequence[tuple[str, float]]]  # lesson -> [(grade_id, points)], in order
+NoNotebook = Mapping[tuple[str, str], str]  # (student, lesson or "") -> what they handed in
 
 TOP_MISTAKES = 15
+SHOWN_CLUSTERS = 25  # clusters of alike answers the page shows; alike.csv has every pair
 
 
-def lesson_order(lessons: Lessons, grades: Standings) -> list[str]:
-    """The course's lessons in order, then any other lesson the gradebook holds, sorted."""
-    return [*lessons, *sorted({lesson for _, lesson in grades} - set(lessons))]
+def lesson_order(lessons: Lessons, grades: Standings, assigned=()) -> list[str]:
+    """The lessons that were assigned, in the course's order: those the gradebook holds a
+    submission of and those in ``assigned`` (due dates, students without a notebook); then any
+    other lesson the gradebook holds, sorted. A lesson nobody was assigned is left out."""
+    held = {lesson for _, lesson in grades} | set(assigned)
+    return [*(n for n in lessons if n in held), *sorted(held - set(lessons) - {""})]
+
+
+def class_list(grades: Standings, no_notebook: NoNotebook | None = None) -> list[str]:
+    """Every student the gradebook holds or who handed in no notebook, in natural order."""
+    return naturally({student for student, _ in grades}
+                     | {student for student, _ in no_notebook or {}})
 
 
 # -- grades ----------------------------------------------------------------------------------------
 
-def grade_rows(lessons: Lessons, grades: Standings) -> list[list[str]]:
-    """The grade table as text: a header, then student, one score per lesson, total, for every
-    student the gradebook holds; then, for each lesson with a due date or a late submission,
-    how late each student was and the penalty."""
-    names = lesson_order(lessons, grades)
+def grade_rows(lessons: Lessons, grades: Standings, no_notebook: NoNotebook | None = None,
+               assigned=()) -> list[list[str]]:
+    """The grade table as text: a header, then student, one score per assigned lesson, total,
+    for every student the gradebook holds or who handed in no notebook; then, for each lesson
+    with a due date or a late submission, how late each student was and the penalty."""
+    names = lesson_order(lessons, grades, assigned)
     timed = [n for n in names if any(lesson == n and (g.lateness.due or g.lateness.late)
                                      for (_, lesson), g in grades.items())]
     rows = [["student", *names, "total",
              *(f"{n} {what}" for n in timed for what in ("late", "penalty"))]]
-    for student in sorted({student for student, _ in grades}):
+    for student in class_list(grades, no_notebook):
         scores = [g.final if (g := grades.get((student, lesson))) else 0.0 for lesson in names]
         late = []
         for lesson in timed:
@@ -135,13 +152,17 @@ class LessonCell(NamedTuple):
     missing: bool = False
 
 
-def summary_counts(results: list[Result]) -> list[tuple[str, int]]:
-    """(title, count) for the summary table: students, submissions, each outcome, flagged."""
+def summary_counts(results: list[Result],
+                   no_notebook: NoNotebook | None = None) -> list[tuple[str, int]]:
+    """(title, count) for the summary table: students, submissions, each outcome, flagged, and
+    those who handed in no notebook, if any."""
     outcomes = Counter(result.outcome for result in results)
-    return [("students", len({result.student for result in results})),
+    without = {student for student, _ in no_notebook or {}}
+    return [("students", len({result.student for result in results} | without)),
             ("submissions", len(results)),
             *((outcome.value, outcomes[outcome]) for outcome in Outcome),
-            ("flagged for a human (points held)", sum(result.held for result in results))]
+            ("flagged for a human (points held)", sum(result.held for result in results)),
+            *([("no notebook submitted", len(no_notebook))] if no_notebook else [])]
 
 
 def places_text(places: Counter) -> str:
@@ -161,15 +182,17 @@ def needs_a_human_details(result: Result) -> str:
 
 def flagged(results: list[Result]) -> list[tuple[Result, str]]:
     """(result, details) for every result that needs a human, by student and lesson."""
-    chosen = sorted((r for r in results if r.needs_human), key=lambda r: (r.student, r.lesson))
+    chosen = sorted((r for r in results if r.needs_human),
+                    key=lambda r: (natural(r.student), r.lesson))
     return [(result, needs_a_human_details(result)) for result in chosen]
 
 
-def lesson_cell(result: Result | None, standing: Standing | None) -> LessonCell:
+def lesson_cell(result: Result | None, standing: Standing | None,
+                instead: str | None = None) -> LessonCell:
     """A lesson as the gradebook holds it: what counts, and why it is not the automatic score
-    (set by hand, not graded, held, late)."""
+    (set by hand, not graded, held, late); ``instead``: why a student has no notebook."""
     if standing is None:
-        return LessonCell("missing", missing=True)
+        return LessonCell(f"missing ({instead})" if instead else "missing", missing=True)
     why = []
     if standing.overridden:
         why.append("set by hand")
@@ -187,7 +210,7 @@ def lateness_rows(grades: Standings) -> list[tuple[str, str, str, str, str, str]
     """(student, lesson, due, submitted, how late, penalty) of every submission with a due date
     or that was late, by student and lesson."""
     rows = []
-    for (student, lesson), g in sorted(grades.items()):
+    for (student, lesson), g in naturally(grades.items(), key=lambda item: item[0][0]):
         late = g.lateness
         if late.due is None and not late.late:
             continue
@@ -204,7 +227,7 @@ def override_rows(results: list[Result], grades: Standings) -> list[tuple[str, s
     """(student, lesson, automatic score, score set by hand) where a human set a score."""
     automatic = {(r.student, r.lesson): r for r in results}
     rows = []
-    for (student, lesson), g in sorted(grades.items()):
+    for (student, lesson), g in naturally(grades.items(), key=lambda item: item[0][0]):
         if g.overridden:
             result = automatic.get((student, lesson))
             auto = format_points(result.counted_score) if result is not None else ""
@@ -214,25 +237,31 @@ def override_rows(results: list[Result], grades: Standings) -> list[tuple[str, s
     return rows
 
 
-def student_rows(results: list[Result], names: list[str],
-                 grades: Standings) -> list[tuple[str, list[LessonCell], str]]:
-    """(student, a LessonCell per lesson, total) for every student the gradebook holds."""
+def student_rows(results: list[Result], names: list[str], grades: Standings,
+                 no_notebook: NoNotebook | None = None
+                 ) -> list[tuple[str, list[LessonCell], str]]:
+    """(student, a LessonCell per lesson, total) for every student the gradebook holds or who
+    handed in no notebook (missing, with what they handed in instead)."""
     by_key = {(r.student, r.lesson): r for r in results}
+    without = no_notebook or {}
     rows = []
-    for student in sorted({student for student, _ in grades}):
+    for student in class_list(grades, without):
         standing = [grades.get((student, lesson)) for lesson in names]
-        cells = [lesson_cell(by_key.get((student, lesson)), g)
+        cells = [lesson_cell(by_key.get((student, lesson)), g,
+                             without.get((student, lesson)) or without.get((student, "")))
                  for lesson, g in zip(names, standing, strict=True)]
         total = sum(g.final for g in standing if g is not None)
         rows.append((student, cells, format_points(total)))
     return rows
 
 
-def sections(results: list[Result], lessons: Lessons, grades: Standings) -> dict:
+def sections(results: list[Result], lessons: Lessons, grades: Standings,
+             no_notebook: NoNotebook | None = None, assigned=()) -> dict:
     """What the report's sections show, plots as PNG data URIs; none when nothing was graded."""
     if not results:
         return {}
-    names = lesson_order(lessons, grades)
+    names = lesson_order(lessons, grades, assigned)
+    clusters = alike_clusters(alike_pairs(results), results)
     rates = pass_rates(results, names, lessons)
     mistakes = mistake_counts(results)[:TOP_MISTAKES]
     return {
@@ -244,29 +273,43 @@ def sections(results: list[Result], lessons: Lessons, grades: Standings) -> dict
         "mistakes_plot": png_data_uri(mistakes_figure(mistakes)) if mistakes else None,
         "mistakes": [(mistake, times, places_text(places)) for mistake, times, places in mistakes],
         "flagged": flagged(results),
-        "alike": alike_pairs(results),
+        "alike": clusters[:SHOWN_CLUSTERS],
+        "alike_clusters": len(clusters),
         "lessons": names,
-        "students": student_rows(results, names, grades),
+        "students": student_rows(results, names, grades, no_notebook),
     }
 
 
-def report_html(results: list[Result], lessons: Lessons, grades: Standings) -> str:
+def report_html(results: list[Result], lessons: Lessons, grades: Standings,
+                no_notebook: NoNotebook | None = None, assigned=()) -> str:
     """The whole report page."""
-    return render("report.html.j2", summary=summary_counts(results),
-                  sections=sections(results, lessons, grades))
+    return render("report.html.j2", summary=summary_counts(results, no_notebook),
+                  sections=sections(results, lessons, grades, no_notebook, assigned))
 
 
-def write_report(results: list[Result], lessons: Lessons, out_dir: Path,
-                 grades: Standings) -> tuple[Path, Path]:
-    """Write out_dir/grades.csv and out_dir/report.html; return both paths. Only the results
-    the gradebook holds count, with the scores it holds (``grades``)."""
+def alike_rows(results: list[Result]) -> list[list[str]]:
+    """alike.csv: every pair of students whose answers look alike, by lesson."""
+    return [["lesson", "student", "other student", "exercises alike", "similarity"],
+            *([p.lesson, *p.students, str(p.alike), f"{p.similarity:.2f}"]
+              for p in alike_pairs(results))]
+
+
+def write_report(results: list[Result], lessons: Lessons, out_dir: Path, grades: Standings,
+                 no_notebook: NoNotebook | None = None, assigned=()) -> tuple[Path, Path]:
+    """Write out_dir/grades.csv, out_dir/alike.csv and out_dir/report.html; return the first
+    and the last. Only the results the gradebook holds count, with the scores it holds
+    (``grades``); ``no_notebook``: students who handed in none (collect's manifest);
+    ``assigned``: lessons assigned though nobody may have submitted them (due dates)."""
     keys = Counter((r.student, r.lesson) for r in results)
     if twice := [key for key, times in keys.items() if times > 1]:
         raise ValueError(f"two results for {', '.join(twice[0])}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = [r for r in results if (r.student, r.lesson) in grades]
-    csv_path = write_csv(out_dir / "grades.csv", grade_rows(lessons, grades))
+    csv_path = write_csv(out_dir / "grades.csv", grade_rows(lessons, grades, no_notebook,
+                                                            assigned))
+    write_csv(out_dir / "alike.csv", alike_rows(results))
     html_path = out_dir / "report.html"
-    html_path.write_bytes(report_html(results, lessons, grades).encode("utf-8"))
+    html_path.write_bytes(report_html(results, lessons, grades, no_notebook, assigned)
+                          .encode("utf-8"))
     return csv_path, html_path

@@ -69,12 +69,12 @@ CLASS = [
     result("s04", "02_next", [], outcome=Outcome.UNGRADABLE, reason=f"not valid JSON: {XSS}"),
     result("s05", "01_intro", [], outcome=Outcome.TIMED_OUT, reason="ran for more than 120 s"),
 ]
-EXPECTED_GRADES = {  # student: (01_intro, 02_next, 03_nobody, total)
-    "s01": ("5", "1", "0", "6"),
-    "s02": ("2", "0", "0", "2"),
-    "s03": ("0", "0", "0", "0"),  # flagged: its 2.5 points are held for a human
-    "s04": ("0", "0", "0", "0"),
-    "s05": ("0", "0", "0", "0"),
+EXPECTED_GRADES = {  # student: (01_intro, 02_next, total); nobody was assigned 03_nobody
+    "s01": ("5", "1", "6"),
+    "s02": ("2", "0", "2"),
+    "s03": ("0", "0", "0"),  # flagged: its 2.5 points are held for a human
+    "s04": ("0", "0", "0"),
+    "s05": ("0", "0", "0"),
 }
 
 
@@ -128,7 +128,7 @@ def report(tmp_path_factory) -> tuple[list[list[str]], str]:
 
 def test_csv_has_a_row_per_student_with_lesson_scores_and_total(report):
     rows, _ = report
-    assert rows[0] == ["student", "01_intro", "02_next", "03_nobody", "total"]
+    assert rows[0] == ["student", "01_intro", "02_next", "total"]
     assert [row[0] for row in rows[1:]] == sorted(EXPECTED_GRADES)
     assert {row[0]: tuple(row[1:]) for row in rows[1:]} == EXPECTED_GRADES
 
@@ -138,8 +138,8 @@ def test_students_table_shows_the_csv_numbers_and_missing_lessons(report):
     students = tables(page)["students"]
     assert students[0] == rows[0]
     shown = {row[0]: row[1:] for row in students[1:]}
-    assert shown["s03"] == ["0 (held: 2.5)", "missing", "missing", "0"]
-    assert shown["s02"] == ["2", "0 (crashed)", "missing", "2"]
+    assert shown["s03"] == ["0 (held: 2.5)", "missing", "0"]
+    assert shown["s02"] == ["2", "0 (crashed)", "2"]
     for row in rows[1:]:
         numbers = [re.sub(r"missing| \(.*\)", "", text) or "0" for text in shown[row[0]]]
         assert numbers == row[1:]
@@ -214,7 +214,7 @@ def test_report_is_the_same_for_the_same_results_in_any_order(report, tmp_path):
 
 def test_empty_class_gives_an_empty_csv_and_says_nothing_is_graded(tmp_path):
     csv_path, html_path = write_report([], LESSONS, tmp_path, {})
-    assert read_csv(csv_path) == [["student", "01_intro", "02_next", "03_nobody", "total"]]
+    assert read_csv(csv_path) == [["student", "total"]]  # no lesson assigned yet
     page = html_path.read_text(encoding="utf-8")
     assert "Nothing has been graded yet." in page
     assert "data:image/png" not in page
@@ -224,7 +224,7 @@ def test_all_ungradable_says_there_are_no_pass_rates(tmp_path):
     results = [result(f"s{i}", "01_intro", [], outcome=Outcome.UNGRADABLE, reason="empty notebook")
                for i in range(3)]
     csv_path, html_path = write_report(results, LESSONS, tmp_path, standings_of(results))
-    assert [row[1:] for row in read_csv(csv_path)[1:]] == [["0", "0", "0", "0"]] * 3
+    assert [row[1:] for row in read_csv(csv_path)[1:]] == [["0", "0"]] * 3
     page = html_path.read_text(encoding="utf-8")
     assert "there are no pass rates to show" in page
     assert "No known mistake was diagnosed." in page
@@ -302,7 +302,10 @@ def test_pairs_whose_every_answer_is_alike_are_listed_highlighted_in_the_report(
     assert [p.students for p in pairs] == [("ann", "bob"), ("ann", "cy"), ("bob", "cy")]
     assert pairs[0].similarity == 1.0 and pairs[1].similarity < 1.0
     page = report_html(results, {}, standings_of(results))
-    assert 'class="highlight"' in page and "ann and bob" in page
+    (cluster,) = alike.alike_clusters(pairs, results)  # linked through ann-cy and bob-cy
+    assert cluster.students == ("ann", "bob", "cy") and cluster.similarity < 1.0
+    assert cluster.exercises == ("attention_scores", "softmax")
+    assert "3: ann, bob, cy" in page and cluster.answer[:40] in page
 
 
 def test_answers_too_short_to_tell_or_too_few_are_not_compared():
