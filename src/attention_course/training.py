@@ -120,7 +120,22 @@ class History:
         if self.target is None:
             return f"ran {self.steps} steps: {accuracy} ({self.seconds:.1f} s)"
         return (f"ran all {self.steps} steps: {accuracy}, below the target {self.target:.1%} "
-                f"({self.seconds:.1f} s)")
+                f"({self.seconds:.1f} s). {self.diagnosis()}")
+
+    def diagnosis(self) -> str:
+        """What a run that missed its target says, read from its loss first."""
+        first, last = self.loss[0], self.loss[-1]
+        accuracy = self.accuracy[-1] if self.accuracy else 0.0
+        if last < 0.05 and accuracy < 0.5:
+            return (f"It did not learn to copy, though the loss is {last:.3f}: a loss near 0 "
+                    f"that copies nothing does not score the answer digits (look at the loss "
+                    f"function first).")
+        if last > 0.9 * first:
+            return (f"It did not learn: the loss stayed at {last:.3f} (it started at "
+                    f"{first:.3f}). Look at the loss first: a model that learns brings it "
+                    f"well below its start within a few dozen steps.")
+        return (f"The loss fell from {first:.3f} to {last:.3f}, so it is learning: train "
+                f"further.")
 
 
 @dataclass(frozen=True)
@@ -215,6 +230,8 @@ def train(model: nn.Module, task: CopyTask, loss_fn, config: TrainConfig = Train
     history.seconds = time.perf_counter() - start
     if history.reached_target:
         _complete(bar)
+    elif history.target is not None:
+        _missed(bar)
     bar.close()
     if progress:
         print(history.summary())
@@ -235,6 +252,16 @@ def _one_cpu_thread(device: torch.device):
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def _missed(bar) -> None:
+    """Let a run that missed its target end red (a widget's "danger" style stays after close),
+    not green as any bar that ran its total would."""
+    if bar.disable:
+        return
+    bar.colour = "red"
+    if hasattr(bar, "container"):  # tqdm.notebook's widget bar
+        bar.disp(bar_style="danger")
 
 
 def _complete(bar) -> None:

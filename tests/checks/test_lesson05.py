@@ -168,7 +168,7 @@ def test_check_copy_accuracy_passes_a_trained_model(copy_model, seed, capsys):
 
 def test_check_copy_accuracy_fails_an_untrained_model():
     with pytest.raises(AssertionError, match=r"copies \d+\.\d% of 1000 held-out sequences "
-                                             r"exactly; it needs 99%\. Did training reach"):
+                                             r"exactly; it needs 99%\. Look at the loss first"):
         check_copy_accuracy(lesson_model())
 
 
@@ -257,3 +257,21 @@ def test_the_record_rebuilds_every_kind_of_model(positions, gen):
     tokens = torch.randint(11, (2, 20), generator=gen)
     with torch.no_grad():
         assert_close(rebuilt(tokens), model(tokens))
+
+
+# ---------------------------------------------------------------- a run that did not learn
+
+def test_a_run_that_did_not_learn_ends_red_and_says_to_look_at_the_loss():
+    from tqdm.notebook import tqdm as notebook_bar
+
+    from attention_course.training import History, _missed
+
+    zero = History(loss=[0.0] * 20, eval_steps=[20], accuracy=[0.0], target=0.998)
+    flat = History(loss=[2.55] * 20, eval_steps=[20], accuracy=[0.0], target=0.998)
+    assert "though the loss is 0.000" in zero.summary() and "look at the loss" in zero.summary()
+    assert "It did not learn: the loss stayed at 2.550" in flat.summary()
+    bar = notebook_bar(total=20, disable=False)
+    bar.update(20)
+    _missed(bar)
+    bar.close()  # a bar that ran its total would end green ("success")
+    assert bar.container.children[1].bar_style == "danger"

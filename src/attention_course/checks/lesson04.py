@@ -15,6 +15,7 @@ from .lesson03 import (
     FLOAT_MASK_IGNORED,
     LARGE_NEGATIVE,
     LARGE_NEGATIVE_HINT,
+    NAN_REPLACED_AFTER_SOFTMAX,
     _empty_rows_filled,
     masked_attention_variant,
 )
@@ -180,6 +181,7 @@ def check_multi_head_attention(cls, seed: int = 0) -> None:
         variant=lambda q, k, v, **kw: mha_variant(references[q.dtype], q, k, v, **kw),
         mistakes=MHA_MISTAKES,
         forbidden=_forbidden_mha(),
+        nan_gradient=NAN_REPLACED_AFTER_SOFTMAX,
     )
     # in eval mode with dropout 0.5: in eval mode dropout must do nothing
     init = {"d_model": reference.d_model, "n_heads": reference.n_heads, "dropout": 0.5}

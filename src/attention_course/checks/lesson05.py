@@ -354,10 +354,12 @@ HELD_OUT_SEED, HELD_OUT_SEQUENCES, TARGET_ACCURACY = 2024, 1000, 0.99
 MODEL_LIMITS = {"vocab_size": 64, "max_len": 256, "d_model": 128, "n_heads": 16,
                 "n_layers": 4, "d_ff": 512, "positions": 2, "scale_tokens": 1}
 STILL_LEARNING = (
-    "Did training reach its target? If train stopped below it, train further in a new cell, "
-    "history = train(model, task, copy_task_loss, TrainConfig(seed=1)), and run this check "
-    "again. If the loss never fell, check copy_task_loss; if the model trains but some other "
-    "way than the lesson's, check your DecoderBlock.")
+    "Look at the loss first (the last loss on the progress bar, or history.loss[-1]). Near 0 "
+    "while the model copies nothing: copy_task_loss does not score the answer digits (its "
+    "check says what). Still near its start (about 2.5 untrained): the model did not learn; "
+    "check copy_task_loss, then your DecoderBlock. Falling but not low yet: train further in a "
+    "new cell, history = train(model, task, copy_task_loss, TrainConfig(seed=1)), and run this "
+    "check again.")
 
 
 def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransformer:
