@@ -18,6 +18,7 @@ the worker: that is the student's "crashed" outcome, as locally. A submission th
 graded (Dask gave up on it, a worker could not grade) is not recorded: grading again resumes.
 """
 
+import importlib.util
 import itertools
 import logging
 import queue
@@ -132,7 +133,9 @@ def connect(scheduler: str) -> Client:
 
 def prepare(client: Client, limits: Limits, sandboxed: bool) -> None:
     """Give every worker (and every worker that joins later) its runners, unless each already
-    has warm ones of these settings; refuse to grade if a worker present now cannot."""
+    has warm ones of these settings; refuse to grade if the scheduler or a worker present now
+    cannot."""
+    _check_scheduler(client)
     if not client.scheduler_info()["workers"]:
         print(f"waiting for a worker to join the scheduler at {client.scheduler.address}",
               flush=True)
@@ -149,6 +152,18 @@ def prepare(client: Client, limits: Limits, sandboxed: bool) -> None:
     if unfit:
         raise ClusterError("; ".join(f"worker {address} cannot grade: {why}"
                                      for address, why in sorted(unfit.items())))
+
+
+def _check_scheduler(client: Client) -> None:
+    """ClusterError unless the scheduler can import the grader: Dask's scheduler unpickles each
+    task it is sent (the grader's function and the submission), so it needs the course's
+    checkout on its path as the workers do. Asked with the standard library's find_spec, which
+    any scheduler can run."""
+    if client.run_on_scheduler(importlib.util.find_spec, "grader") is None:
+        raise ClusterError(f"the Dask scheduler at {client.scheduler.address} cannot import the "
+                           f"grader: start it from a checkout of the course with PYTHONPATH at "
+                           f"it, as the workers are (cd attention-course && PYTHONPATH=$PWD "
+                           f".venv/bin/dask scheduler; docs/instructors/scaling.md)")
 
 
 def _settings(dask_worker) -> tuple | None:

@@ -14,6 +14,7 @@ import pytest
 
 from grader import cli
 from grader.course import ROOT, lesson_names
+from grader.intake import Collected
 from grader.workspace import Workspace
 
 L02 = lesson_names()[1]
@@ -244,6 +245,7 @@ def test_each_lms_download_is_collected_as_its_naming_says(name, tmp_path, capsy
     manifest = json.loads(workspace.manifest.read_text())
     assert {key.rpartition("/")[0] for key in manifest.get("no_notebook", {})} \
         == case.without_notebook
+    assert {s for s, _ in Collected.read(workspace).no_notebook} == case.without_notebook
     for student in case.without_notebook:
         assert "no notebook submitted" in out
         assert manifest["no_notebook"][f"{student}/{L02}"]["why"].startswith(
