@@ -16,6 +16,7 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
+.PHONY: release-lesson release-feedback
 .PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox postgresql \
 	test-packages lab working-copy exchange formgrader release collect grade refresh feedback report \
 	demo adversarial test test-fast bench lint clean
@@ -232,6 +233,16 @@ formgrader: install-instructor exchange
 		ATTENTION_COURSE_WORKSPACE="$(abspath $(COURSE_WORKSPACE))" \
 		ATTENTION_COURSE_EXCHANGE="$(abspath $(EXCHANGE))" && \
 		jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) $(ALLOW_ROOT)
+
+# nbgrader's commands on the exchange, run from grader/ with the course's configuration:
+# release-lesson hands LESSON= (as in notebooks/) out to the students; release-feedback hands
+# back LESSON='s feedback pages (make feedback writes them) to each student's submission.
+NBGRADER = cd grader && ATTENTION_COURSE_WORKSPACE="$(abspath $(COURSE_WORKSPACE))" \
+	ATTENTION_COURSE_EXCHANGE="$(abspath $(EXCHANGE))" "$(abspath $(BIN))/nbgrader"
+
+release-lesson release-feedback: install-instructor exchange
+	@[ -n "$(LESSON)" ] || { echo "usage: make $@ LESSON=<lesson> [EXCHANGE=<folder>]"; exit 2; }
+	$(NBGRADER) $(if $(filter release-lesson,$@),release_assignment,release_feedback) "$(LESSON)"
 
 # Regenerate the student notebooks (notebooks/) from the solution notebooks with nbgrader.
 release: install-instructor
