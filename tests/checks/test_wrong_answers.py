@@ -266,13 +266,14 @@ def masked_attention_unguarded(query, key, value, attn_mask=None, is_causal=Fals
 
 # ---------------------------------------------------------------- the warnings of a slip
 
-def scores_by_dot_t(query, key, scale=None):
-    return query @ key.T * query.shape[-1] ** -0.5  # .T on a batch: torch warns, then fails
+def scores_copied(query, key, scale=None):
+    scores = torch.tensor(query @ key.transpose(-2, -1))  # copy-constructed: torch warns
+    return scores * query.shape[-1] ** -0.5
 
 
 def test_torchs_warning_points_at_the_students_line():
-    with pytest.warns(UserWarning, match="x.T") as caught:
-        failure(check_of("attention_scores"), scores_by_dot_t)
+    with pytest.warns(UserWarning, match="copy construct from a tensor") as caught:
+        failure(check_of("attention_scores"), scores_copied)
     assert {w.filename for w in caught} == {__file__}
 
 
