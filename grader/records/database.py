@@ -42,7 +42,8 @@ from ..course import COURSE_ID
 from . import alembic_head
 
 LOCK_KEY = 0x41747443  # the course's advisory lock ("AttC"), one per database
-EXTRA = "pip install 'attention-course[postgres]'"
+EXTRA = ("install the course's postgres extra from its checkout: "
+         ".venv/bin/python -m pip install -c constraints.txt -e '.[postgres]'")
 
 METADATA = MetaData()
 RESULTS = Table(

@@ -198,7 +198,7 @@ def command_error(workspace: Path, url: str) -> str:
 def test_without_the_driver_the_instructor_is_told_to_install_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if psycopg were not installed
     message = command_error(tmp_path, f"postgresql://postgres@/gradebook?host={tmp_path}")
-    assert "attention-course[postgres]" in message, message
+    assert "-c constraints.txt -e '.[postgres]'" in message, message
 
 
 def test_an_unreachable_server_or_a_wrong_url_is_said_in_one_line(tmp_path):
