@@ -73,7 +73,8 @@ def collect(source: Path, workspace: Workspace, roster: Roster | None = None,
         identify(read.candidates, read.others, roster, manifest)
         if share_groups:
             groups.share(read.candidates, read.rows, roster)
-        refuse_guesses(read.candidates, kind, manifest, roster)
+        if fmt == "auto":
+            refuse_guesses(read.candidates, kind, manifest, roster)
         winners = newest(read.candidates, manifest, workspace)
         without = no_notebook(read.candidates, read.others)
         if not dry_run:  # the winners are read from the download again as they are written

@@ -10,8 +10,9 @@ collect refuses them with a message rather than writing them:
   downloads know the class (three at least each): the names are the submissions', not the
   students' (an LMS that puts a submission id in front).
 
-``--format`` reads the download as a named format; a roster makes the second case moot, since
-then a student is only ever a roster row.
+Naming the format (``--format files`` included) says the names are what that format says, so
+nothing is refused as a guess; a roster makes the second case moot, since then a student is only
+ever a roster row.
 """
 
 from collections import Counter
@@ -27,8 +28,8 @@ AT_LEAST = 3
 
 def refuse_guesses(candidates: list[Candidate], kind: type[Format], manifest: Manifest,
                    roster: Roster | None) -> None:
-    """CollectError if the download would put the class under one student or each notebook
-    under a new one; see the module docstring."""
+    """CollectError if the download, its format detected, would put the class under one
+    student or each notebook under a new one; see the module docstring."""
     placed = [c for c in candidates if c.student and c.row.outcome != "skipped"]
     files = {c.entry.path for c in placed}
     students = {c.student for c in placed}
@@ -46,7 +47,7 @@ def refuse_guesses(candidates: list[Candidate], kind: type[Format], manifest: Ma
         raise CollectError(
             f"every notebook of this download would be a new student ({len(students)}, none "
             f"of the {len(known)} collected before), read as {kind.label}: its names are not "
-            f"the students'; pass --roster or --format (nothing written)")
+            f"the students'; pass --roster, or --format files if they are (nothing written)")
 
 
 def download_lesson(candidates: list[Candidate]) -> str:

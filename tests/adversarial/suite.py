@@ -201,7 +201,7 @@ def grade(workspace: Workspace, downloads: dict[str, dict[str, bytes]], sandboxe
                     for name, data in files.items():
                         archive.writestr(f"submissions/{name}", data)
                 cli.main(["--workspace", str(workspace.root), "collect", str(download),
-                          "--lesson", lesson])
+                          "--lesson", lesson, "--format", "files"])
             for path, text in (beside or {}).items():
                 (workspace.submitted / path).parent.mkdir(parents=True, exist_ok=True)
                 (workspace.submitted / path).write_text(text)

@@ -7,7 +7,7 @@ graded under another id, and a draft is never graded."""
 
 import json
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -278,3 +278,7 @@ def test_a_download_that_would_make_every_notebook_a_new_student_is_refused(tmp_
     status, out, workspace = collect(tmp_path, second, capsys)
     assert "every notebook of this download would be a new student" in str(status)
     assert len(list(workspace.submitted.glob("*/*/*.ipynb"))) == 3
+    # the instructor who names the format says these are the students' names
+    named = replace(second, options=("--format", "files"))
+    status, out, workspace = collect(tmp_path, named, capsys)
+    assert status == 0 and len(list(workspace.submitted.glob("*/*/*.ipynb"))) == 6
