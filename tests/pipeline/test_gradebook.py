@@ -343,16 +343,6 @@ out = {{"submissions": api.get_submissions("{LESSON}"),
     assert notebooks["zed"]["needs_manual_grade"]
 
 
-def test_the_formgrader_autograde_button_grades_in_the_sandbox(graded):
-    before = len(gradebook.history(graded, "ann", LESSON))
-    seen = nbgrader_tool(graded, f"out = api.autograde('{LESSON}', 'ann')")
-    assert seen["success"], seen
-    assert "Grading ann's 02_scaled_dot_product in the course's sandbox" in seen["log"]
-    assert len(gradebook.history(graded, "ann", LESSON)) == before + 1
-    submission = nbgrader_tool(graded, f"out = api.get_submission('{LESSON}', 'ann')")
-    assert submission["autograded"] and submission["score"] == MAX
-
-
 def test_release_feedback_and_fetch_feedback_work_on_the_feedback(graded, tmp_path):
     # the exchange's secret of ann's submission, as collect keeps it beside timestamp.txt: her
     # submission is new, so it is graded again; the feedback is the graded submission's
