@@ -207,8 +207,21 @@ $(STUDENT_CONFIG)/jupyter_server_config.json: Makefile | $(VENV)/pyvenv.cfg
 		'  "nbgrader.server_extensions.course_list": false' \
 		'}}}' > $@
 
-lab: install-lab working-copy $(STUDENT_CONFIG_FILES)
+# Its Python kernel loads attention_course.restart when it starts, so that the first cell run
+# after a restart, a demo cell as much as a check, says what to run when a name is undefined.
+STUDENT_DATA := $(VENV)/student-jupyter-data
+STUDENT_KERNEL := $(STUDENT_DATA)/kernels/python3/kernel.json
+
+$(STUDENT_KERNEL): Makefile | $(VENV)/pyvenv.cfg
+	@mkdir -p $(@D)
+	@printf '%s\n' '{"argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}",' \
+		'          "--InteractiveShellApp.extensions=attention_course.restart"],' \
+		' "display_name": "Python 3 (ipykernel)", "language": "python",' \
+		' "metadata": {"debugger": true}}' > $@
+
+lab: install-lab working-copy $(STUDENT_CONFIG_FILES) $(STUDENT_KERNEL)
 	JUPYTER_CONFIG_PATH="$(abspath $(STUDENT_CONFIG))$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	JUPYTER_PATH="$(abspath $(STUDENT_DATA))$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
 		$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
 
 # The instructor's JupyterLab: nbgrader reads grader/nbgrader_config.py from the server's working

@@ -10,8 +10,8 @@ One module per concept, in lesson order (``lessons`` is the registry of lessons)
 - ``rope``, ``lengths`` (06): rotary position embeddings, and the length experiment
 - ``inference``, ``tiled`` (07): key/value caching, grouped-query attention, tiled attention
 
-Shared helpers: ``device`` (CPU/GPU choice), ``viz`` (plots) and ``checks`` (the feedback a
-student's practice cell gets).
+Shared helpers: ``device`` (CPU/GPU choice), ``viz`` (plots), ``checks`` (the feedback a
+student's practice cell gets) and ``restart`` (what a NameError after a kernel restart says).
 """
 
 __version__ = "0.1.0"

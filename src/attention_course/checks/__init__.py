@@ -15,8 +15,8 @@ student's process while a submission is graded is ``student/``; the rest runs in
 import importlib
 
 from ..lessons import LESSONS
+from ..restart import install as install_restart_hint
 from .predictions import check_prediction
-from .restart import install as install_restart_hint
 
 MODULES = tuple(importlib.import_module(lesson.checks_module) for lesson in LESSONS)
 CHECKS = {name: function for module in MODULES for name, function in vars(module).items()
