@@ -9,6 +9,7 @@ one line."""
 import contextlib
 import multiprocessing
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,6 +103,39 @@ def test_graders_starting_together_create_the_schema_once_and_lose_no_row(server
     with gradebook_url(url):
         assert gradebook.recorded_results(Workspace(tmp_path / "elsewhere"),
                                           [(r.student, L01) for r in expected]) == expected
+
+
+# -- the server as docs/instructors/scaling.md makes it ------------------------------------------
+
+DOCS = Path(__file__).parents[2] / "docs" / "instructors" / "scaling.md"
+
+
+def documented_commands(program: str) -> list[str]:
+    """The arguments of the ``sudo -u postgres <program>`` line of the docs' server setup."""
+    (line,) = [line for line in DOCS.read_text().splitlines()
+               if line.startswith(f"sudo -u postgres {program} ")]
+    return line.split("#")[0].split()[4:]
+
+
+def test_the_documented_role_and_database_are_enough_to_grade_into(server, tmp_path):
+    """The docs' createuser and createdb, run as the postgres superuser (what `sudo -u
+    postgres` is): the role they make, no superuser, owns a database where the grader creates
+    its gradebook and records results."""
+    as_postgres = ["-h", str(server.socket_dir), "-U", "postgres"]
+    role = documented_commands("createuser")
+    role.remove("--pwprompt")  # the throwaway server trusts its socket: no password to type
+    for program, arguments in (("createuser", role), ("createdb", documented_commands("createdb"))):
+        done = subprocess.run([str(postgres.binaries() / program), *as_postgres, *arguments],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    url = f"postgresql://{role[-1]}@/{documented_commands('createdb')[-1]}" \
+          f"?host={server.socket_dir}"
+    lesson = read_lesson(L01)
+    with gradebook_url(url):
+        workspace = Workspace(tmp_path / "course")
+        gradebook.ensure_lessons(workspace, [L01])
+        gradebook.record(workspace, synthetic_results(0, 2, lesson), {L01: lesson})
+    assert set(gradebook.scores(url)) == {("p000", L01), ("p001", L01)}
 
 
 # -- the demo class, graded into PostgreSQL -------------------------------------------------------
