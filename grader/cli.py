@@ -97,7 +97,34 @@ def parser() -> argparse.ArgumentParser:
         "build a demo class of synthetic students, grade it, write feedback and the report")
     sub.add_argument("--students", type=int, default=30, help="class size (default: 30)")
     add_grading_options(sub, cell_timeout=60.0)  # one demo student loops forever
+    add_gradescope(subcommands)
     return main_parser
+
+
+def add_gradescope(subcommands) -> None:
+    """``gradescope build LESSON`` (the autograder zip) and ``gradescope run`` (its grading)."""
+    from .gradescope.settings import VISIBILITIES, Settings
+
+    text = "the course's checks as a Gradescope autograder (docs/instructors/gradescope.md)"
+    actions = subcommands.add_parser("gradescope", help=text, description=text
+                                     ).add_subparsers(required=True, metavar="ACTION")
+    sub = actions.add_parser("build", help="write a lesson's autograder zip")
+    sub.add_argument("lesson")
+    sub.add_argument("--out", type=Path, default=Path("dist/gradescope"),
+                     help="where the zip goes (default: dist/gradescope)")
+    for option, default in (("--visible-checks", Settings.visible_checks),
+                            ("--hidden-tests", Settings.hidden_tests)):
+        sub.add_argument(option, choices=VISIBILITIES, default=default,
+                         help=f"when students see these tests (default: {default})")
+    sub.add_argument("--cell-timeout", type=float, default=Settings.cell_timeout)
+    sub.add_argument("--budget", type=float, default=Settings.budget,
+                     help="seconds a submission may run (Gradescope stops at its own limit)")
+    sub.set_defaults(run=lambda a, w: commands.gradescope_build(
+        a.out, lesson=a.lesson, visible_checks=a.visible_checks, hidden_tests=a.hidden_tests,
+        cell_timeout=a.cell_timeout, budget=a.budget))
+    sub = actions.add_parser("run", help="grade /autograder/submission into "
+                             "/autograder/results/results.json (what run_autograder runs)")
+    sub.set_defaults(run=lambda a, w: commands.gradescope_run())
 
 
 def add_grading_options(sub: argparse.ArgumentParser,

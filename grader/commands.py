@@ -304,3 +304,25 @@ def demo(workspace: Workspace, students: int = 30, workers: int = 1,
     feedback(workspace)
     report(workspace)
     return status
+
+
+def gradescope_build(out: Path, **settings) -> int:
+    """Write a lesson's Gradescope autograder zip to ``out`` (``settings``: those of
+    ``gradescope.settings.Settings``)."""
+    from .gradescope.build import build
+    from .gradescope.settings import Settings, SettingsError
+
+    try:
+        path = build(Settings(**settings), out)
+    except SettingsError as err:
+        raise SystemExit(f"gradescope: {err}") from None
+    print(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder > "
+          f"Zip file upload); docs/instructors/gradescope.md says what it does")
+    return 0
+
+
+def gradescope_run() -> int:
+    """Grade the submission in /autograder (run_autograder's command)."""
+    from .gradescope.run import run_autograder
+
+    return run_autograder()
