@@ -33,7 +33,7 @@ def sinusoidal_positional_encoding(seq_len: int, d_model: int, *, base: float = 
     Args:
         seq_len: number of positions T.
         d_model: model width C (odd widths drop the last cosine).
-        base: wavelength scale; the slowest pair has wavelength 2*pi*base.
+        base: wavelength scale; the slowest pair has wavelength 2*pi*base**((C-2)/C).
         device, dtype: where, and in which float dtype, the encoding is returned.
     Returns:
         (T, C) encoding, entries in [-1, 1]. For float16 and bfloat16 it is computed in

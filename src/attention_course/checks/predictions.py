@@ -79,20 +79,20 @@ QUESTIONS = {
             "heads (D = C / H), so the layer keeps 4C² + 4C parameters."),
     "05-no-positions": Question(
         "none", options=("none", "some", "all"),
-        why="Without positions every source digit looks the same to attention wherever it "
-            "stands, so the answer position n + k cannot ask for the digit at position k: the "
-            "model stays at 0%, while with either kind of positions it learns to copy."),
+        why="In this one-block model, without positions every source digit looks the same to "
+            "attention wherever it stands, so the answer position n + k cannot ask for the digit "
+            "at position k: it stays at 0%, while with either kind of positions it learns to "
+            "copy. With two blocks the causal mask leaks position and it learns, slowly."),
     "05-learned-or-sinusoidal": Question(
         "learned", options=("learned", "sinusoidal"),
         why="The learned rows start as random vectors, nearly orthogonal, so every position is "
             "easy to tell from its neighbours; neighbouring sinusoidal rows are alike, and "
             "attention needs more steps to sharpen the difference between key k and key k ± 1."),
     "05-one-head": Question(
-        "same", options=("slower", "same", "faster"),
-        aliases={"about the same": "same", "the same": "same", "as fast": "same"},
-        why="The two learn within a few steps of each other: copying needs one lookup per "
-            "answer position, the digit n places back, and one head does it. Several heads pay "
-            "off when a position must gather from several places at once."),
+        "yes", options=("yes", "no"),
+        why="Copying needs one lookup per answer position, the digit n places back, and one "
+            "head does it: the two heads of section 5 both learned that same lookup. Several "
+            "heads pay off when a position must gather from several places at once."),
     "05-no-scale": Question(
         "slower", options=("slower", "same", "faster"),
         aliases={"about the same": "same", "the same": "same"},
