@@ -82,7 +82,8 @@ def autograde(autograder_zip, python_for_all, student_user):
         for name, data in files.items():
             (root / "submission" / name).parent.mkdir(parents=True, exist_ok=True)
             (root / "submission" / name).write_bytes(data)
-        (root / "results").mkdir()
+        (root / "results").mkdir(mode=0o777)  # the worst Gradescope could leave
+        (root / "results").chmod(0o777)
         env = {"PATH": "/usr/bin:/bin", "ATTENTION_GRADESCOPE_ROOT": str(root),
                "ATTENTION_GRADESCOPE_PYTHON": python_for_all,
                "ATTENTION_GRADESCOPE_STAGE": f"/tmp/gradescope-stage-{uuid.uuid4().hex[:8]}",

@@ -21,10 +21,14 @@ from grader.sandbox.client import Limits
 from grader.workspace import Workspace
 
 NOTEBOOK = f"{LESSON}.ipynb"
-# the answer to one_hot_embedding: the course's reference, read from the autograder's source
+# the answer to one_hot_embedding: the course's reference, read from the autograder's source,
+# after forging a result in the results folder (which the fake layout leaves open to all)
 STEALS_REFERENCE = f"""
 import pathlib
-pathlib.Path("{FAKE_ROOT}/results/forged.json").write_text('{{"score": 100}}')
+try:
+    pathlib.Path("{FAKE_ROOT}/results/forged.json").write_text('{{"score": 100}}')
+except OSError:
+    pass
 namespace = {{}}
 exec(pathlib.Path("{FAKE_ROOT}/source/src/attention_course/embeddings.py").read_text(), namespace)
 return namespace["one_hot_embedding"](token_ids, weight)
@@ -90,7 +94,7 @@ def test_a_wrong_hostile_notebook_scores_as_grade_and_reaches_nothing(autograde,
     assert results["score"] == expected.score == 2
     tests = {t["name"]: t for t in results["tests"]}
     stolen = tests["one_hot_embedding: the check in the notebook"]["output"]
-    assert "PermissionError" in stolen and "forged.json" in stolen  # its first line, refused
+    assert "PermissionError" in stolen and "embeddings.py" in stolen
     mistake = tests["sinusoidal_positional_encoding: hidden tests"]
     assert mistake["score"] == 0 and mistake["visibility"] == "after_due_date"
     assert "graded Copy of 01 (1).ipynb" in results["output"]
