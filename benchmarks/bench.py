@@ -29,6 +29,7 @@ import attention_cost  # noqa: E402
 import checks  # noqa: E402
 import copy_task  # noqa: E402
 import dask_grading  # noqa: E402
+import gradescope  # noqa: E402
 import grading  # noqa: E402
 import inference_and_scale  # noqa: E402
 import rope_lengths  # noqa: E402
@@ -60,6 +61,7 @@ def sections(quick: bool) -> dict:
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
         "inference_and_scale": lambda: inference_and_scale.measure(quick, device=device),
+        "gradescope": lambda: gradescope.measure(runs=1 if quick else 3),
     }
 
 
@@ -92,6 +94,7 @@ def report(results: dict) -> None:
     print(f"checks: slowest {slowest['check']} {slowest['pass_s'] * 1e3:.0f} ms per call")
     print(rope_lengths.report(results["rope_lengths"]))
     print(inference_and_scale.report(results["inference_and_scale"]))
+    print(gradescope.report(results["gradescope"]))
 
 
 def main() -> None:

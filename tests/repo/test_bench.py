@@ -45,3 +45,7 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert {row["implementation"] for row in scale["attention"]} == {
         "course attention", "tiled_attention", "tiled in query blocks", "torch sdpa"}
     assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in scale["attention"])
+    autograder = results["gradescope"]
+    assert autograder["runs"] and all(run["exit"] == 0 and run["score"] == 6
+                                      for run in autograder["runs"])
+    assert set(autograder["seconds"]) >= {"bubblewrap"}
