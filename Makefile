@@ -336,3 +336,9 @@ lint: install
 clean:
 	rm -rf $(VENV) $(COLAB_VENV) $(WHEELS) build src/*.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# A lesson's Gradescope autograder zip (docs/instructors/gradescope.md): make gradescope LESSON=01_embeddings
+.PHONY: gradescope
+gradescope: install-instructor
+	$(if $(LESSON),,$(error make gradescope needs LESSON=, e.g. LESSON=01_embeddings))
+	$(BIN)/python -m grader gradescope build $(LESSON) $(if $(OUT),--out $(OUT))
