@@ -73,6 +73,7 @@ def points(results: dict) -> dict[str, float]:
     return scored
 
 
+@pytest.mark.slow  # a submission graded, and grade's own batch beside it
 def test_a_correct_notebook_scores_as_grade_within_768_mb(autograde, graded_by_grade):
     results, ran = autograde({NOTEBOOK: notebooks()["correct"]})
     check_results(results)
@@ -84,6 +85,7 @@ def test_a_correct_notebook_scores_as_grade_within_768_mb(autograde, graded_by_g
     assert ran.peak_bytes is None or ran.peak_bytes <= ran.limit_bytes
 
 
+@pytest.mark.slow
 def test_a_wrong_hostile_notebook_scores_as_grade_and_reaches_nothing(autograde,
                                                                       graded_by_grade):
     """Renamed, too: found by its content."""
