@@ -97,8 +97,28 @@ def parser() -> argparse.ArgumentParser:
         "build a demo class of synthetic students, grade it, write feedback and the report")
     sub.add_argument("--students", type=int, default=30, help="class size (default: 30)")
     add_grading_options(sub, cell_timeout=60.0)  # one demo student loops forever
+    add_watch(command)
     add_gradescope(subcommands)
     return main_parser
+
+
+def add_watch(command) -> None:
+    """``watch``: grade submissions as they arrive (docs/instructors/watch.md)."""
+    sub = command("watch", lambda a, w: commands.watch(
+        w, None if a.no_exchange else a.exchange, a.lms_folder, a.workers, limits(a),
+        a.sandboxed, a.poll),
+        "grade submissions as they arrive in nbgrader's exchange (or an LMS folder), record "
+        "them and release their feedback through the exchange; runs until stopped")
+    sub.add_argument("--exchange", type=Path, default=Path(os.environ.get(
+        "ATTENTION_COURSE_EXCHANGE", "/srv/nbgrader/exchange")),
+        help="nbgrader's exchange root (default: $ATTENTION_COURSE_EXCHANGE or "
+        "/srv/nbgrader/exchange)")
+    sub.add_argument("--no-exchange", action="store_true", help="watch only --lms-folder")
+    sub.add_argument("--lms-folder", type=Path, help="also watch this folder, which an LMS "
+                     "sync fills with downloads")
+    sub.add_argument("--poll", type=float, default=2.0,
+                     help="seconds between looks at the folders (default: 2)")
+    add_grading_options(sub)
 
 
 def add_gradescope(subcommands) -> None:

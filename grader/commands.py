@@ -306,6 +306,25 @@ def demo(workspace: Workspace, students: int = 30, workers: int = 1,
     return status
 
 
+def watch(workspace: Workspace, exchange: Path | None, lms_folder: Path | None,
+          workers: int = 1, limits: Limits = DEFAULT_LIMITS, sandboxed: bool = True,
+          poll: float = 2.0) -> int:
+    """Grade submissions as they arrive and hand their feedback back (docs/instructors/watch.md),
+    until SIGTERM or Ctrl-C."""
+    from .watch import SettingsError
+    from .watch.service import Options
+    from .watch.service import watch as run_watch
+
+    try:
+        return run_watch(workspace, Options(exchange, lms_folder, workers, limits, sandboxed,
+                                            poll))
+    except SettingsError as err:
+        raise SystemExit(f"watch: {err}") from None
+    except SandboxUnavailable as err:
+        raise SystemExit(f"Not watching: student code runs only in a sandbox, and {err}. "
+                         f"--no-sandbox grades anyway, with your rights.") from None
+
+
 def gradescope_build(out: Path, **settings) -> int:
     """Write a lesson's Gradescope autograder zip to ``out`` (``settings``: those of
     ``gradescope.settings.Settings``)."""
