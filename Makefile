@@ -289,6 +289,13 @@ feedback: install-instructor
 report: install-instructor
 	$(GRADER) report
 
+# Grade submissions as they arrive in the exchange and release their feedback, until stopped
+# (docs/instructors/watch.md); LMS_FOLDER= also watches a folder an LMS sync fills.
+.PHONY: watch
+watch: install-instructor sandbox exchange
+	$(GRADER) watch --exchange "$(EXCHANGE)" $(if $(WORKERS),--workers $(WORKERS)) \
+		$(if $(LMS_FOLDER),--lms-folder "$(LMS_FOLDER)")
+
 # The demo class gets a workspace of its own, rebuilt every time.
 DEMO_WORKSPACE ?= demo-course
 

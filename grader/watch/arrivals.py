@@ -36,7 +36,7 @@ class Watched:
         try:
             seen = self._look()
         except OSError as err:
-            raise Unreadable(f"{self.path}: {err.strerror or err}") from None
+            raise Unreadable(err.strerror or str(err)) from None
         settled = (self._exchange_settled(seen, now) if self.kind == "exchange"
                    else seen == self._last_look)
         self._last_look = seen
