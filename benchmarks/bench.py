@@ -4,7 +4,8 @@ Sections (each a module of this folder): lesson notebooks against the kernel-sta
 copy task's steps and seconds to 99% over seeds, grading throughput against stock nbgrader,
 grading through a local Dask cluster (and into PostgreSQL) against grading here, the attention
 cost curve, the time of every check, lesson 06's length experiment over seeds, and
-lesson 07's decoding with and without a cache and tiled attention's memory at T = 2048 and 4096.
+lesson 07's decoding with and without a cache and tiled attention's memory at T = 2048 and 4096,
+and seconds from `nbgrader submit` to feedback fetchable over a burst of 50 (watch).
 Writes results.json, attention_cost.png and rope_lengths.png to --out (default: this folder)
 and prints a summary. --quick runs a small version of each
 section, as a smoke test.
@@ -33,6 +34,7 @@ import gradescope  # noqa: E402
 import grading  # noqa: E402
 import inference_and_scale  # noqa: E402
 import rope_lengths  # noqa: E402
+import watch  # noqa: E402
 
 import notebooks  # noqa: E402
 
@@ -62,6 +64,7 @@ def sections(quick: bool) -> dict:
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
         "inference_and_scale": lambda: inference_and_scale.measure(quick, device=device),
         "gradescope": lambda: gradescope.measure(runs=1 if quick else 3),
+        "watch": lambda: watch.measure(students=4 if quick else 50),
     }
 
 
@@ -94,6 +97,7 @@ def report(results: dict) -> None:
     print(f"checks: slowest {slowest['check']} {slowest['pass_s'] * 1e3:.0f} ms per call")
     print(rope_lengths.report(results["rope_lengths"]))
     print(inference_and_scale.report(results["inference_and_scale"]))
+    print(watch.report(results["watch"]))
     print(gradescope.report(results["gradescope"]))
 
 

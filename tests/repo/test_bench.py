@@ -49,3 +49,6 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert autograder["runs"] and all(run["exit"] == 0 and run["score"] == 6
                                       for run in autograder["runs"])
     assert set(autograder["seconds"]) >= {"bubblewrap"}
+    feedback = results["watch"]
+    assert feedback["all_fetchable"] and feedback["students"] >= 1
+    assert 0 < feedback["median_s"] <= feedback["worst_s"]
