@@ -177,6 +177,9 @@ MISTAKES = {
             m = m_new
         return acc / l
         """, "running max not used to rescale the accumulated output"),
+    "merge_attention": ("""
+        return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
+        """, "outputs averaged instead of weighted"),
 }
 
 # Code a student adds in a new cell right after the imports.

@@ -141,7 +141,8 @@ LESSONS = (
                            difficulty=2, minutes=15),
                   Practice("grouped_query_attention", "inference.grouped_query_attention",
                            difficulty=2, minutes=10),
-                  Practice("tiled_attention", "tiled.tiled_attention", difficulty=3, minutes=25)),
+                  Practice("tiled_attention", "tiled.tiled_attention", difficulty=3, minutes=25),
+                  Practice("merge_attention", "tiled.merge_attention", difficulty=2, minutes=15)),
         may_import=("attention", "masks", "inference.TinyDecoder", "inference.generate",
                     "inference.cache_bytes", "tiled.peak_memory")),
 )

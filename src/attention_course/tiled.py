@@ -89,6 +89,38 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     return torch.cat(blocks, dim=-2)  # (B, H, T, Dv)
 
 
+# ---------------------------------------------------------------- merging partial attentions
+
+def merge_attention(out_a: Tensor, lse_a: Tensor, out_b: Tensor,
+                    lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Attention over the keys of two disjoint parts, from each part's output and logsumexp.
+
+    Part a's output is sum_s e^(x_s - lse_a) v_s over its keys: weighted by e^lse_a it is the
+    unnormalised sum, so the union's output is each part's output times its share of the
+    union's exponentials, e^(lse_a - lse) and e^(lse_b - lse), with lse = log(e^lse_a + e^lse_b).
+    This is how split-K decoding and ring attention combine the work of several blocks or
+    devices.
+    Args:
+        out_a: (..., T, Dv) attention of T queries over the keys of part a; 0 in a row that has
+            no key there.
+        lse_a: (..., T) logsumexp of each query's scores over part a; -inf where it has no key.
+        out_b, lse_b: the same over part b, whose keys are not in part a.
+    Returns:
+        out: (..., T, Dv) attention over both parts' keys, in the dtype of ``out_a``; 0 in a
+            row with no key in either part.
+        lse: (..., T) the logsumexp over both parts, in the dtype of ``lse_a``. The arithmetic
+            is float32 for 16-bit inputs, as the logsumexp of FlashAttention is.
+    Lesson: 07_inference_and_scale
+    """
+    wide = compute_dtype(out_a.dtype)  # float32 for 16-bit outputs
+    lse = torch.logaddexp(lse_a.to(wide), lse_b.to(wide))  # (..., T) log(e^lse_a + e^lse_b)
+    base = lse.masked_fill(lse == float("-inf"), 0.0)  # a row with no key: both shares are 0
+    share_a = torch.exp(lse_a.to(wide) - base)[..., None]  # (..., T, 1) part a's share
+    share_b = torch.exp(lse_b.to(wide) - base)[..., None]
+    out = share_a * out_a.to(wide) + share_b * out_b.to(wide)  # (..., T, Dv)
+    return out.to(out_a.dtype), lse.to(lse_a.dtype)
+
+
 # ---------------------------------------------------------------- measuring memory
 
 def peak_memory(fn, *args, **kwargs) -> tuple:

@@ -106,3 +106,41 @@ def test_query_key_value_that_do_not_fit_are_named():
         tiled.tiled_attention(q.float(), k, v)
     with pytest.raises(ValueError, match="same length S"):
         tiled.flash_attention(q, k, v[..., :6, :])
+
+
+# ---------------------------------------------------------------- merging partial attentions
+
+def _part(query, key, value, allowed):
+    """Attention over the keys ``allowed`` (bool (T, S)) and its logsumexp, by PyTorch."""
+    scores = (query @ key.transpose(-2, -1) * query.shape[-1] ** -0.5).masked_fill(
+        ~allowed, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=allowed), lse
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merging_two_parts_is_attention_over_their_union(seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    allowed = torch.ones(6, 6, dtype=torch.bool).tril()  # row 0 has no key in one part
+    part_a = torch.rand(6, generator=g) < 0.5
+    out, lse = tiled.merge_attention(*_part(q, k, v, allowed & part_a),
+                                     *_part(q, k, v, allowed & ~part_a))
+    scores = (q @ k.transpose(-2, -1) * 0.5).masked_fill(~allowed, float("-inf"))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1))
+
+
+def test_merging_keeps_empty_rows_zero_huge_scores_finite_and_16_bits_in_float32():
+    lse_a = torch.tensor([float("-inf"), 900.0, -900.0])
+    lse_b = torch.tensor([float("-inf"), 890.0, -905.0])
+    out_a, out_b = torch.zeros(3, 2), torch.ones(3, 2)
+    out_a[1:] = 2.0
+    out, lse = tiled.merge_attention(out_a, lse_a, out_b, lse_b)
+    assert out[0].eq(0).all() and lse[0] == float("-inf")
+    share = torch.sigmoid(torch.tensor([10.0, 5.0]))  # part a's share: 1 / (1 + e^(lse_b - lse_a))
+    torch.testing.assert_close(out[1:, 0], 2 * share + (1 - share), rtol=1e-4, atol=0)  # ulp(900)
+    half, lse_half = tiled.merge_attention(out_a.bfloat16(), lse_a, out_b.bfloat16(), lse_b)
+    assert half.dtype == torch.bfloat16 and lse_half.dtype == torch.float32
+    torch.testing.assert_close(half, out.bfloat16())

@@ -24,7 +24,8 @@ EVERY = frozenset()
 # exercises whose inputs may have any number of leading (batch) axes, even none
 ANY_AXES = frozenset({"one_hot_embedding", "softmax", "attention_scores",
                       "scaled_dot_product_attention", "apply_mask", "masked_attention",
-                      "cached_attention", "grouped_query_attention", "tiled_attention"})
+                      "cached_attention", "grouped_query_attention", "tiled_attention",
+                      "merge_attention"})
 ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention", "masked_attention",
                        "MultiHeadAttention.forward"})
 MASKS = frozenset({"apply_mask", "masked_attention", "to_mha_mask", "MultiHeadAttention.forward"})
@@ -78,6 +79,11 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "Tiled attention never holds every query's scores against every key: take the "
                "keys and values block_size at a time, compute that block's scores only, and "
                "fold them into the running max, sum and output of each query."),
+    KnownError(frozenset({"merge_attention"}), BROADCAST,
+               "shares of shape (..., T) multiplied with outputs of shape (..., T, Dv)",
+               "A logsumexp has one number per query, (..., T); an output has a row per query, "
+               "(..., T, Dv). Broadcasting lines up the last axes, T against Dv: give each "
+               "share a trailing axis of size 1 first."),
     # ------------------------------------------------ shapes that do not broadcast
     KnownError(frozenset({"softmax"}), BROADCAST, *KEEPDIM),
     KnownError(frozenset({"scaled_dot_product_attention"}),

@@ -1,9 +1,10 @@
-"""Checks for lesson 07_inference_and_scale: cached attention, grouped-query attention and
-tiled attention with an online softmax."""
+"""Checks for lesson 07_inference_and_scale: cached attention, grouped-query attention, tiled
+attention with an online softmax, and merging two partial attentions."""
 
 import torch
 
 from .. import attention, inference, tiled
+from ..attention import compute_dtype
 from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
 from .lesson02 import (
     ATTENTION_BUILTINS,
@@ -308,3 +309,123 @@ def check_tiled_attention(fn, seed: int = 0) -> None:
              inputs(T=5, S=7), {"is_causal": True, "block_size": 3}),
     ]
     run_check(TILED_ATTENTION, Harnessed(harness.WithinBlocks, (fn,)), cases)
+
+
+# ---------------------------------------------------------------- merging partial attentions
+
+def merge_variant(out_a, lse_a, out_b, lse_b, *, shares="exact", total="logaddexp",
+                  shift=True, empty_rows=True, internals="wide"):
+    """Merging with one of the known slips: the outputs averaged, swapped or left unnormalised,
+    another total logsumexp, no shift by the maximum, NaN in empty rows, 16-bit arithmetic."""
+    wide = compute_dtype(out_a.dtype) if internals == "wide" else out_a.dtype
+    a, b = lse_a.to(wide), lse_b.to(wide)
+    lse = {"logaddexp": torch.logaddexp(a, b), "max": torch.maximum(a, b), "sum": a + b}[total]
+    if not shift:  # e^lse_a / (e^lse_a + e^lse_b) as written: overflows and underflows
+        e_a, e_b = torch.exp(a), torch.exp(b)
+        share_a, share_b = e_a / (e_a + e_b), e_b / (e_a + e_b)
+    else:
+        top = torch.maximum(a, b) if shares == "unnormalised" else torch.logaddexp(a, b)
+        base = top.masked_fill(top == NEG_INF, 0.0) if empty_rows else top
+        share_a, share_b = torch.exp(a - base), torch.exp(b - base)
+    if shares == "average":
+        share_a, share_b = torch.full_like(a, 0.5), torch.full_like(b, 0.5)
+    if shares == "swapped":
+        share_a, share_b = share_b, share_a
+    out = share_a[..., None] * out_a.to(wide) + share_b[..., None] * out_b.to(wide)
+    return out.to(out_a.dtype), lse.to(lse_a.dtype)
+
+
+MERGE_MISTAKES = (
+    Mistake("outputs averaged instead of weighted by each part's share",
+            "Each part's output is normalised over its own keys only. A part whose scores are "
+            "larger, or that holds more keys, carries more of the union's weight: its share is "
+            "e^(lse_part - lse) with lse the union's logsumexp.", {"shares": "average"}),
+    Mistake("shares swapped (part a's output weighted by part b's share)",
+            "Part a's output is multiplied by e^(lse_a - lse), its own share of the union's "
+            "exponentials, and part b's by e^(lse_b - lse).", {"shares": "swapped"}),
+    Mistake("shares not normalised (shifted by the larger logsumexp, not by the union's)",
+            "Subtracting max(lse_a, lse_b) keeps the exponentials finite, but then the two "
+            "shares do not add up to 1: divide by their sum, or subtract the union's logsumexp "
+            "log(e^lse_a + e^lse_b) instead.", {"shares": "unnormalised"}),
+    Mistake("merged logsumexp is the larger one, not the log of the sum",
+            "The union's logsumexp is log(e^lse_a + e^lse_b), which is larger than both: the "
+            "maximum alone drops the smaller part's exponentials.", {"total": "max"}),
+    Mistake("merged logsumexp is lse_a + lse_b (a product, not a sum, of the exponentials)",
+            "Adding logarithms multiplies what they are the logarithms of: the union's sum of "
+            "exponentials is e^lse_a + e^lse_b, so its logarithm is log(e^lse_a + e^lse_b).",
+            {"total": "sum"}),
+    Mistake("exponentials of the raw logsumexps: they overflow or underflow",
+            "e^lse overflows to inf for lse above about 88 (float32) and underflows to 0 below "
+            "about -100, and inf / inf or 0 / 0 is NaN. Exponentiate differences: lse_a - lse "
+            "and lse_b - lse are at most 0.", {"shift": False}),
+    Mistake("a row with no key in either part gives NaN",
+            "When both logsumexps are -inf the merged one is -inf too, and -inf - (-inf) is NaN. "
+            "Such a row attends to nothing: its output is 0, as in each part. Subtract 0 "
+            "instead of -inf there.", {"empty_rows": False}),
+    Mistake("16-bit arithmetic: the logsumexps rounded to the outputs' dtype",
+            "A bfloat16 number near 30 is a multiple of 0.125: rounded logsumexps move each "
+            "share by several percent. Keep the logsumexps in float32 (as they come) and the "
+            "arithmetic in float32; round the output to its dtype once, at the end.",
+            {"internals": "narrow"}),
+)
+
+MERGE_ATTENTION = Exercise(
+    name="merge_attention",
+    reference=tiled.merge_attention,
+    inputs=("out_a", "lse_a", "out_b", "lse_b"),
+    outputs=(("out", "(B, H, T, Dv)"), ("lse", "(B, H, T)")),
+    variant=merge_variant,
+    mistakes=MERGE_MISTAKES,
+    forbidden=forbid((tiled.merge_attention,) + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
+)
+
+
+def attend_with_lse(query, key, value, allowed):
+    """The output and logsumexp of attention over the keys ``allowed`` (bool (T, S), True = may
+    attend), computed in float64: 0 and -inf in a row with none."""
+    q, k, v = query.double(), key.double(), value.double()
+    scores = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).masked_fill(~allowed, NEG_INF)
+    lse = torch.logsumexp(scores, dim=-1)  # (..., T)
+    weights = torch.exp(scores - lse.masked_fill(lse == NEG_INF, 0.0)[..., None])
+    return weights @ v, lse
+
+
+def split_attention(g, *batch, T=5, S=9, D=4, Dv=3, part_a=None, allowed=None, spread=1.0,
+                    dtype=torch.float32, lse_dtype=None):
+    """Each part's (out, lse) for a split of S keys into part a (``part_a``: a bool (S,), random
+    when None) and the rest; ``allowed`` (T, S) hides keys from some queries."""
+    query = spread * randn(*batch, T, D, generator=g, dtype=torch.float64)
+    key = spread * randn(*batch, S, D, generator=g, dtype=torch.float64)
+    value = randn(*batch, S, Dv, generator=g, dtype=torch.float64)
+    part_a = torch.rand(S, generator=g) < 0.5 if part_a is None else part_a
+    allowed = torch.ones(T, S, dtype=torch.bool) if allowed is None else allowed
+    out_a, lse_a = attend_with_lse(query, key, value, allowed & part_a)
+    out_b, lse_b = attend_with_lse(query, key, value, allowed & ~part_a)
+    lse_dtype = dtype if lse_dtype is None else lse_dtype
+    return out_a.to(dtype), lse_a.to(lse_dtype), out_b.to(dtype), lse_b.to(lse_dtype)
+
+
+def check_merge_attention(fn, seed: int = 0) -> None:
+    """Check merge_attention(out_a, lse_a, out_b, lse_b) -> (out, lse). Lesson:
+    07_inference_and_scale"""
+    g = seeded(seed)
+    first = torch.arange(9) < 1  # part a: the first key alone
+    some_rows_empty = torch.ones(5, 9, dtype=torch.bool).tril(1)  # row 0 sees keys 0 and 1 only
+    some_rows_empty[3] = False  # and query 3 may attend to nothing at all
+    cases = [
+        Case("9 keys split at random into two parts (B, H, T, Dv = 2, 3, 5, 3)",
+             split_attention(g, 2, 3)),
+        Case("one key in part a, eight in part b", split_attention(g, 2, 3, part_a=first)),
+        Case("a causal-like mask: some queries see no key of part b, query 3 sees none at all",
+             split_attention(g, 2, 3, part_a=torch.arange(9) < 2, allowed=some_rows_empty)),
+        Case("float64, with gradients", split_attention(g, 2, 3, dtype=torch.float64),
+             grad=True),
+        Case("bfloat16 outputs with float32 logsumexps in the tens (scores 16 times larger)",
+             split_attention(g, 2, 3, spread=4.0, dtype=torch.bfloat16,
+                             lse_dtype=torch.float32)),
+        Case("extreme scores: logsumexps in the hundreds, far apart between the parts",
+             split_attention(g, 2, 3, spread=12.0)),
+        Case("one sequence without batch dims: (T, Dv) outputs, (T,) logsumexps",
+             split_attention(g, T=4, S=7)),
+    ]
+    run_check(MERGE_ATTENTION, fn, cases)

@@ -164,17 +164,53 @@ def tiled_in_query_blocks(query, key, value, is_causal=False, scale=None, block_
     return out
 
 
+# ---------------------------------------------------------------- merging partial attentions
+
+def merge_by_logaddexp(out_a, lse_a, out_b, lse_b):
+    a, b = (x if x.dtype == torch.float64 else x.float() for x in (lse_a, lse_b))
+    lse = torch.logaddexp(a, b)
+    shift = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    w_a, w_b = torch.exp(a - shift).unsqueeze(-1), torch.exp(b - shift).unsqueeze(-1)
+    out = w_a * out_a.to(w_a.dtype) + w_b * out_b.to(w_b.dtype)
+    return out.to(out_a.dtype), lse.to(lse_a.dtype)
+
+
+def merge_by_the_larger_maximum(out_a, lse_a, out_b, lse_b):
+    """Shift by max(lse_a, lse_b), then divide by the two shares' sum (as FlashAttention's
+    running rescale does)."""
+    wide = torch.float64 if out_a.dtype == torch.float64 else torch.float32
+    a, b = lse_a.to(wide), lse_b.to(wide)
+    m = torch.maximum(a, b)
+    m = m.masked_fill(m == NEG_INF, 0.0)
+    e_a, e_b = torch.exp(a - m)[..., None], torch.exp(b - m)[..., None]
+    total = e_a + e_b
+    out = (e_a * out_a.to(wide) + e_b * out_b.to(wide)) / total.where(total > 0, 1.0)
+    return out.to(out_a.dtype), (m + torch.log(total[..., 0])).to(lse_a.dtype)
+
+
+def merge_by_stacking(out_a, lse_a, out_b, lse_b):
+    """Both parts on a new axis: a softmax over the parts gives the shares."""
+    wide = torch.float64 if out_a.dtype == torch.float64 else torch.float32
+    lses = torch.stack([lse_a.to(wide), lse_b.to(wide)])  # (2, ..., T)
+    outs = torch.stack([out_a.to(wide), out_b.to(wide)])  # (2, ..., T, Dv)
+    lse = torch.logsumexp(lses, dim=0)
+    shares = torch.softmax(lses, dim=0).nan_to_num(0.0)  # all -inf: 0 / 0, no key at all
+    return (shares[..., None] * outs).sum(0).to(out_a.dtype), lse.to(lse_a.dtype)
+
+
 CORRECT = {
     "cached_attention": [cached_by_manual_softmax, cached_with_the_course_attention,
                          cached_by_einsum_in_float64],
     "grouped_query_attention": [gqa_by_repeat_interleave, gqa_by_a_group_axis,
                                 gqa_by_indexing_heads],
     "tiled_attention": [tiled_by_running_max, tiled_by_log_sum_exp, tiled_in_query_blocks],
+    "merge_attention": [merge_by_logaddexp, merge_by_the_larger_maximum, merge_by_stacking],
 }
 REFERENCES = {
     "cached_attention": inference.cached_attention,
     "grouped_query_attention": inference.grouped_query_attention,
     "tiled_attention": tiled.tiled_attention,
+    "merge_attention": tiled.merge_attention,
 }
 
 
@@ -313,6 +349,44 @@ def tiled_student(name, *, rescale_output=True, rescale_sum=True, divide=True,
     return tiled_attention
 
 
+def merge_averaged(out_a, lse_a, out_b, lse_b):
+    return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+
+def merge_swapped(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a.float(), lse_b.float())
+    safe = lse.nan_to_num(neginf=0.0)
+    out = torch.exp(lse_b - safe)[..., None] * out_a + torch.exp(lse_a - safe)[..., None] * out_b
+    return out.to(out_a.dtype), lse.to(lse_a.dtype)
+
+
+def merge_by_raw_exponentials(out_a, lse_a, out_b, lse_b):
+    e_a, e_b = torch.exp(lse_a)[..., None], torch.exp(lse_b)[..., None]
+    out = (e_a * out_a + e_b * out_b) / (e_a + e_b)
+    return out.to(out_a.dtype), torch.log(e_a + e_b)[..., 0].to(lse_a.dtype)
+
+
+def merge_keeping_the_larger_lse(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    safe = lse.masked_fill(lse == NEG_INF, 0.0)
+    out = torch.exp(lse_a - safe)[..., None] * out_a + torch.exp(lse_b - safe)[..., None] * out_b
+    return out.to(out_a.dtype), torch.maximum(lse_a, lse_b)
+
+
+def merge_nan_in_empty_rows(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    out = torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
+    return out.to(out_a.dtype), lse
+
+
+def merge_in_the_outputs_dtype(out_a, lse_a, out_b, lse_b):
+    a, b = lse_a.to(out_a.dtype), lse_b.to(out_a.dtype)
+    lse = torch.logaddexp(a, b)
+    safe = lse.masked_fill(lse == NEG_INF, 0.0)
+    out = torch.exp(a - safe)[..., None] * out_a + torch.exp(b - safe)[..., None] * out_b
+    return out, lse.to(lse_a.dtype)
+
+
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     cached_new_keys_first: ("cached_attention", [lesson07.CACHE_WRONG_ORDER.name]),
     cached_with_is_causal: ("cached_attention", [lesson07.MASK_TOP_LEFT.name]),
@@ -321,6 +395,10 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     cached_returning_the_new_keys: ("cached_attention", [lesson07.RETURNED_NEW_ONLY.name]),
     gqa_by_repeat: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
     gqa_by_expanding_the_wrong_axis: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
+    **{answer: ("merge_attention", [mistake.name]) for answer, mistake in zip(
+        [merge_averaged, merge_swapped, merge_keeping_the_larger_lse, merge_by_raw_exponentials,
+         merge_nan_in_empty_rows, merge_in_the_outputs_dtype],
+        [lesson07.MERGE_MISTAKES[i] for i in (0, 1, 3, 5, 6, 7)], strict=True)},
     **{tiled_student(f"tiled_{slip}", **{slip: value}): ("tiled_attention", [name])
        for slip, value, name in [
            ("rescale_output", False, "running max not used to rescale the accumulated output"),
@@ -405,6 +483,11 @@ def cached_on_the_heads(query, key, value, past_key=None, past_value=None):
     return cached_by_manual_softmax(query, key, value)
 
 
+def merge_without_a_trailing_axis(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b, lse
+
+
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("cached_attention", cached_appending_on_the_heads, "cache appended on the wrong axis"),
     ("cached_attention", cached_appending_features, "cache appended on the wrong axis"),
@@ -416,4 +499,6 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
      "key/value heads not lined up with the query heads"),
     ("tiled_attention", tiled_in_one_piece, "the whole (T, S) score matrix computed at once"),
     ("tiled_attention", tiled_over_queries, "every key at once, a block of queries at a time"),
+    ("merge_attention", merge_without_a_trailing_axis,
+     "shares of shape (..., T) multiplied with outputs of shape (..., T, Dv)"),
 ]
