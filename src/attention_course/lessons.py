@@ -136,7 +136,8 @@ LESSONS = (
         teaches=("inference", "tiled"),
         builds="a key/value cache whose decoding equals uncached decoding token for token, "
                "grouped-query attention and the cache it saves, tiled attention with an online "
-               "softmax; the speed-up and the memory each one buys, measured",
+               "softmax, two partial attentions merged by their logsumexps; the speed-up and the "
+               "memory each one buys, measured",
         practice=(Practice("cached_attention", "inference.cached_attention",
                            difficulty=2, minutes=15),
                   Practice("grouped_query_attention", "inference.grouped_query_attention",
