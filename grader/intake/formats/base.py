@@ -12,6 +12,7 @@ order in which formats are tried live in ``formats/__init__.py``.
 """
 
 import functools
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
@@ -92,3 +93,30 @@ class Format:
         for entry in notebooks[1:]:
             shared &= set(entry.parts[:-1])
         return shared
+
+
+class FolderOrFlat(Format):
+    """A format whose submissions are either a folder named after the student (files inside)
+    or files with that name in front: ``FOLDER`` matches such a folder's name, ``FLAT`` a flat
+    file's (its group ``file`` the student's own file name), ``naming`` says how the LMS names
+    files (in the row of a file it cannot place), and ``_found`` turns a match into a Found."""
+
+    FOLDER: ClassVar[re.Pattern]
+    FLAT: ClassVar[re.Pattern]
+    naming: ClassVar[str]
+
+    @classmethod
+    def named_like(cls, entry: Entry) -> bool:
+        return cls.FLAT.fullmatch(entry.name) is not None \
+            or any(cls.FOLDER.fullmatch(part) for part in entry.parts[:-1])
+
+    def parse(self, entry: Entry) -> Found:
+        for index, part in enumerate(entry.parts[:-1]):
+            if match := self.FOLDER.fullmatch(part):
+                return self._found(match, "/".join(entry.parts[index + 1:]))
+        if match := self.FLAT.fullmatch(entry.name):
+            return self._found(match, match["file"])
+        raise Skip(f"not named as {self.label} names files ({self.naming})")
+
+    def _found(self, match: re.Match, original: str) -> Found:
+        raise NotImplementedError

@@ -13,10 +13,8 @@ Source: D2L's help, "Download assignment submissions", and the downloads it desc
 import re
 from datetime import UTC, datetime
 
-from ..download import Entry
-from ..errors import Skip
 from ..students import squash
-from .base import Format, Found
+from .base import FolderOrFlat, Found
 
 SUBMISSION = (r"(?P<ids>\d+-\d+) - (?P<name>.+?) ?- "
               r"(?P<when>[A-Z][a-z]{2} \d{1,2}, \d{4} \d{1,2}:?\d\d [AP]M)")
@@ -24,22 +22,10 @@ FOLDER = re.compile(SUBMISSION)
 FLAT = re.compile(SUBMISSION + r" - (?P<file>.+)", re.DOTALL)
 
 
-class Brightspace(Format):
+class Brightspace(FolderOrFlat):
     name, label = "brightspace", "Brightspace (D2L)"
     own_files = frozenset({"index.html"})
-
-    @classmethod
-    def named_like(cls, entry: Entry) -> bool:
-        return FLAT.fullmatch(entry.name) is not None \
-            or any(FOLDER.fullmatch(part) for part in entry.parts[:-1])
-
-    def parse(self, entry: Entry) -> Found:
-        for index, part in enumerate(entry.parts[:-1]):
-            if match := FOLDER.fullmatch(part):
-                return self._found(match, "/".join(entry.parts[index + 1:]))
-        if match := FLAT.fullmatch(entry.name):
-            return self._found(match, match["file"])
-        raise Skip("not named as Brightspace names files (<ids> - <name> - <date> - <file>)")
+    FOLDER, FLAT, naming = FOLDER, FLAT, "<ids> - <name> - <date> - <file>"
 
     def _found(self, match: re.Match, original: str) -> Found:
         name = match["name"].strip()

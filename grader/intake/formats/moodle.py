@@ -22,10 +22,9 @@ Source: Moodle's ``mod/assign/classes/downloader.php`` (4.x: ``get_student_prefi
 
 import re
 
-from ..download import Entry
 from ..errors import Skip
 from ..students import squash
-from .base import Format, Found
+from .base import FolderOrFlat, Found
 
 WHO = r"(?:(?P<name>.+?)_(?P<participant>\d+)|(?P<default>Default group))_assignsubmission_"
 FOLDER = re.compile(WHO + r"(?P<plugin>[a-z]+)_?")
@@ -33,22 +32,10 @@ FLAT = re.compile(WHO + r"(?P<plugin>file|onlinetext)_(?P<file>.+)", re.DOTALL)
 TEXT_PLUGINS = {"onlinetext": "online text (Moodle)"}
 
 
-class Moodle(Format):
+class Moodle(FolderOrFlat):
     name, label = "moodle", "Moodle"
-
-    @classmethod
-    def named_like(cls, entry: Entry) -> bool:
-        return any(FOLDER.fullmatch(p) for p in entry.parts[:-1]) \
-            or FLAT.fullmatch(entry.name) is not None
-
-    def parse(self, entry: Entry) -> Found:
-        for index, part in enumerate(entry.parts[:-1]):
-            if match := FOLDER.fullmatch(part):
-                return self._found(match, "/".join(entry.parts[index + 1:]))
-        if match := FLAT.fullmatch(entry.name):
-            return self._found(match, match["file"])
-        raise Skip("not named as Moodle names files "
-                   "(<Full Name>_<participant id>_assignsubmission_file[/ or _]<file>)")
+    FOLDER, FLAT = FOLDER, FLAT
+    naming = "<Full Name>_<participant id>_assignsubmission_file[/ or _]<file>"
 
     def _found(self, match: re.Match, original: str) -> Found:
         found = self._who(match, original)
