@@ -106,6 +106,18 @@ def tiled_in_float64(query, key, value, is_causal=False, scale=None, block_size=
 
 # ---------------------------------------------------------------- arguments ignored
 
+def softmax_shifted_when_positive(x, dim=-1):
+    """Shifts only to stop overflow: a row of scores all far below 0 underflows."""
+    top = x.amax(dim=dim, keepdim=True)
+    exps = (x - torch.where(top > 0, top, 0.0)).exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def softmax_by_logsumexp(x, dim=-1):
+    """Correct: exp(x - logsumexp(x))."""
+    return (x - torch.logsumexp(x, dim=dim, keepdim=True)).exp()
+
+
 def causal_on_the_cpu(T, S=None, device=None):
     S = T if S is None else S
     return torch.tril(torch.ones(T, S, dtype=torch.bool))
@@ -209,6 +221,9 @@ WRONG = [
      ["NaN of fully masked rows replaced after the softmax (NaN gradients)"], "gradient"),
     ("tiled_attention", tiled_max_from_zero, ["running max started at 0 instead of -inf"],
      "far below -88"),
+    ("softmax", softmax_shifted_when_positive,
+     ["the max subtracted only where it is positive (rows far below 0 underflow)"],
+     "far below -88"),
     ("causal_mask", causal_on_the_cpu, ["device argument ignored"], "device"),
     ("causal_mask", causal_moved_to_cpu, ["device argument ignored"], "device"),
     ("attention_scores", scores_scale_or_default,
@@ -231,6 +246,7 @@ WRONG = [
 ]
 
 RIGHT = [
+    ("softmax", softmax_by_logsumexp),
     ("tiled_attention", tiled_in_float64),
     ("causal_mask", causal_by_arange_on_device),
     ("attention_scores", scores_einsum_is_none),

@@ -17,12 +17,13 @@ NO_BUILT_IN_ATTENTION = (nn.MultiheadAttention.forward, F.multi_head_attention_f
 
 # ---------------------------------------------------------------- softmax
 
-def softmax_variant(x, dim=-1, *, shift="dim", normalise_over="dim"):
+def softmax_variant(x, dim=-1, *, shift="dim", normalise_over="dim", shift_if_positive=False):
     def over(axis):  # keyword arguments reducing along an axis, or over everything
         return {} if axis is None else {"dim": axis, "keepdim": True}
 
     axes = {"all": None, "global": None, "last": -1, "dim": dim}
-    shifted = x if shift == "none" else x - x.amax(**over(axes[shift]))
+    maximum = 0 if shift == "none" else x.amax(**over(axes[shift]))
+    shifted = x - (maximum.clamp(min=0) if shift_if_positive else maximum)
     exps = shifted.exp()
     return exps / exps.sum(**over(axes[normalise_over]))
 
@@ -38,6 +39,9 @@ SOFTMAX = Exercise(
                 "exp(1000) is inf in floating point. Subtract the maximum along `dim` "
                 "(keepdim=True) before exp(): the result is mathematically the same.",
                 {"shift": "none"}),
+        Mistake("the max subtracted only where it is positive (rows far below 0 underflow)",
+                "exp() of scores far below about -88 underflows to 0 in float32, and 0/0 = "
+                "NaN: subtract the maximum whatever its sign.", {"shift_if_positive": True}),
         Mistake("max over the whole tensor instead of along dim",
                 "One global maximum leaves rows far below it with exp() underflowing to 0, and "
                 "0/0 = NaN: subtract each slice's own maximum (amax(dim=dim, keepdim=True)).",
@@ -75,6 +79,8 @@ def check_softmax(fn, seed: int = 0) -> None:
              grad=True),
         Case("large logits (about 1000): exp() overflows unless you subtract the max",
              (1000 * randn(3, 5, generator=g),)),
+        Case("every logit far below -88 (about -1000): exp() underflows to 0 unless you "
+             "subtract the max", (randn(3, 5, generator=g) - 1000,)),
         Case("some entries are -inf (masked): they get probability 0", (with_minus_inf,)),
     ]
     run_check(SOFTMAX, fn, cases)
