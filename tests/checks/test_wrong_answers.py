@@ -63,10 +63,11 @@ def masked_attention_fill_after(query, key, value, attn_mask=None, is_causal=Fal
 
 # ---------------------------------------------------------------- fragile numerics
 
-def tiled_max_from_zero(query, key, value, is_causal=False, scale=None, block_size=64):
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
+def online_attention(query, key, value, is_causal, scale, block_size, first_max):
+    """An online softmax over blocks of keys, in the inputs' dtype, its running max starting at
+    ``first_max``: the common body of the tiled answers below."""
     T, S = query.shape[-2], key.shape[-2]
-    m = torch.zeros(*query.shape[:-1], 1, dtype=query.dtype)  # running max, "starts at 0"
+    m = torch.full((*query.shape[:-1], 1), first_max, dtype=query.dtype)  # running max
     l = torch.zeros_like(m)
     out = torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
     for start in range(0, S, block_size):
@@ -83,28 +84,23 @@ def tiled_max_from_zero(query, key, value, is_causal=False, scale=None, block_si
     return out / l
 
 
+def tiled_max_from_zero(query, key, value, is_causal=False, scale=None, block_size=64):
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    return online_attention(query, key, value, is_causal, scale, block_size, first_max=0.0)
+
+
+def tiled_scale_or_default(query, key, value, is_causal=False, scale=None, block_size=64):
+    scale = scale or query.shape[-1] ** -0.5
+    return online_attention(query, key, value, is_causal, scale, block_size, first_max=NEG_INF)
+
+
 def tiled_in_float64(query, key, value, is_causal=False, scale=None, block_size=64):
     """Correct: the running statistics in float64 whatever the inputs are."""
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    q, K, V = query.double(), key.double(), value.double()
-    T, S = q.shape[-2], K.shape[-2]
-    m = torch.full((*q.shape[:-1], 1), NEG_INF, dtype=torch.float64)
-    l, out = torch.zeros_like(m), torch.zeros(*q.shape[:-1], V.shape[-1], dtype=torch.float64)
-    for start in range(0, S, block_size):
-        k, v = K[..., start:start + block_size, :], V[..., start:start + block_size, :]
-        s = q @ k.transpose(-2, -1) * scale
-        if is_causal:
-            keys = torch.arange(start, start + k.shape[-2])
-            s = s.masked_fill(keys > torch.arange(S - T, S)[:, None], NEG_INF)
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        p = torch.exp(s - m_new)
-        l = l * torch.exp(m - m_new) + p.sum(dim=-1, keepdim=True)
-        out = out * torch.exp(m - m_new) + p @ v
-        m = m_new
-    return (out / l).to(query.dtype)
+    out = online_attention(query.double(), key.double(), value.double(), is_causal, scale,
+                           block_size, first_max=NEG_INF)
+    return out.to(query.dtype)
 
-
-# ---------------------------------------------------------------- arguments ignored
 
 def softmax_shifted_when_positive(x, dim=-1):
     """Shifts only to stop overflow: a row of scores all far below 0 underflows."""
@@ -137,6 +133,19 @@ def causal_by_arange_on_device(T, S=None, device=None):
 def scores_scale_or_default(query, key, scale=None):
     scale = scale or 1 / math.sqrt(query.shape[-1])
     return query @ key.transpose(-2, -1) * scale
+
+
+def gqa_scale_or_default(query, key, value, is_causal=False, scale=None):
+    scale = scale or query.shape[-1] ** -0.5
+    groups = query.shape[-3] // key.shape[-3]
+    key, value = (x.repeat_interleave(groups, dim=-3) for x in (key, value))
+    scores = query @ key.transpose(-2, -1) * scale
+    if is_causal:
+        T, S = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(S - T).logical_not(),
+                                    NEG_INF)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
 
 
 def scores_einsum_is_none(query, key, scale=None):
@@ -231,6 +240,10 @@ WRONG = [
     ("scaled_dot_product_attention", attention_scale_or_default,
      ["scale=0 treated as no scale (scale or default)"], "scale=0"),
     ("masked_attention", masked_attention_scale_or_default,
+     ["scale=0 treated as no scale (scale or default)"], "scale=0"),
+    ("grouped_query_attention", gqa_scale_or_default,
+     ["scale=0 treated as no scale (scale or default)"], "scale=0"),
+    ("tiled_attention", tiled_scale_or_default,
      ["scale=0 treated as no scale (scale or default)"], "scale=0"),
     ("one_hot_embedding", one_hot_times_weight,
      ["an integer (int64) tensor multiplied with a float one"], "long int"),

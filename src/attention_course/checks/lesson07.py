@@ -12,6 +12,7 @@ from .lesson02 import (
     IGNORES_SCALE,
     NO_BUILT_IN_ATTENTION,
     SCALE_MISTAKES,
+    ZERO_SCALE_AS_NONE,
 )
 from .student import harness
 from .student.shortcuts import forbid
@@ -19,6 +20,13 @@ from .student.shortcuts import forbid
 NEG_INF = float("-inf")
 SCALES = {"sqrt": lambda D: D ** -0.5, "none": lambda D: 1.0, "d": lambda D: 1.0 / D,
           "times_sqrt": lambda D: D ** 0.5}
+
+
+def scale_factor(scale, D: int, scale_rule: str, honour_scale) -> float:
+    """The factor a variant scales by: ``scale`` where it is honoured (given; with "truthy", as
+    ``scale or default`` honours it: not when 0), else the rule's default."""
+    honoured = {True: scale is not None, False: False, "truthy": bool(scale)}[honour_scale]
+    return scale if honoured else SCALES[scale_rule](D)
 
 
 # ---------------------------------------------------------------- cached attention
@@ -133,7 +141,7 @@ def gqa_variant(query, key, value, is_causal=False, scale=None, *, expand="inter
         key, value = (x.repeat_interleave(H // G, dim=-3) for x in (key, value))
     else:  # "tile": head h reads key/value head h % G
         key, value = (x.repeat(*[1] * (x.ndim - 3), H // G, 1, 1) for x in (key, value))
-    factor = SCALES[scale_rule](query.shape[-1]) if scale is None or not honour_scale else scale
+    factor = scale_factor(scale, query.shape[-1], scale_rule, honour_scale)
     return attention.scaled_dot_product_attention(
         query, key, value, is_causal=is_causal and honour_causal, scale=factor)
 
@@ -154,7 +162,8 @@ GROUPED_QUERY_ATTENTION = Exercise(
     inputs=("query", "key", "value"),
     outputs=ATTENTION_OUTPUTS,
     variant=gqa_variant,
-    mistakes=(GROUPS_TILED, GQA_CAUSAL_IGNORED) + SCALE_MISTAKES + (IGNORES_SCALE,),
+    mistakes=(GROUPS_TILED, GQA_CAUSAL_IGNORED) + SCALE_MISTAKES + (IGNORES_SCALE,
+                                                                   ZERO_SCALE_AS_NONE),
     forbidden=forbid((inference.grouped_query_attention,) + NO_BUILT_IN_ATTENTION,
                      ATTENTION_BUILTINS),
 )
@@ -182,6 +191,8 @@ def check_grouped_query_attention(fn, seed: int = 0) -> None:
         Case("float64, with gradients, H = 6, G = 2",
              gqa_inputs(g, 2, H=6, G=2, dtype=torch.float64), grad=True),
         Case("an explicit scale=0.3, H = 4, G = 2", gqa_inputs(g, 2, H=4, G=2), {"scale": 0.3}),
+        Case("scale=0: every key weighs the same, H = 4, G = 2", gqa_inputs(g, 2, H=4, G=2),
+             {"scale": 0.0}),
         Case("extra leading dims (2, 2, H, T, D), H = 6, G = 2", gqa_inputs(g, 2, 2, H=6, G=2)),
     ]
     run_check(GROUPED_QUERY_ATTENTION, fn, cases)
@@ -196,7 +207,7 @@ def tiled_variant(query, key, value, is_causal=False, scale=None, block_size=64,
     """Tiled attention with one of the known slips in its online softmax, its causal mask, its
     loop over the blocks or its scale."""
     T, S = query.shape[-2], key.shape[-2]
-    factor = SCALES[scale_rule](query.shape[-1]) if scale is None or not honour_scale else scale
+    factor = scale_factor(scale, query.shape[-1], scale_rule, honour_scale)
     m = torch.full_like(query[..., :1], 0.0 if shift == "from_zero" else NEG_INF)
     l = torch.zeros_like(m)
     acc = query.new_zeros(*query.shape[:-1], value.shape[-1])
@@ -256,7 +267,7 @@ TILED_MISTAKES = (
             "When block_size does not divide S, the last block is shorter: the loop must still "
             "reach it (slicing past the end of a tensor just stops at the end).",
             {"drop_last": True}),
-) + SCALE_MISTAKES + (IGNORES_SCALE,)
+) + SCALE_MISTAKES + (IGNORES_SCALE, ZERO_SCALE_AS_NONE)
 
 TILED_ATTENTION = Exercise(
     name="tiled_attention",
@@ -303,6 +314,8 @@ def check_tiled_attention(fn, seed: int = 0) -> None:
              {"block_size": 3}),
         Case("an explicit scale=0.3, blocks of 3", inputs(2, 3, T=5, S=7),
              {"scale": 0.3, "block_size": 3}),
+        Case("scale=0: every key weighs the same, blocks of 3", inputs(2, 3, T=5, S=7),
+             {"scale": 0.0, "block_size": 3}),
         Case("block_size = 16, larger than S = 7: a single block", inputs(2, 3, T=5, S=7),
              {"block_size": 16}),
         Case("one sequence without batch dims, (T, D) and (S, D), blocks of 3",
