@@ -5,6 +5,9 @@
 #   make formgrader  open JupyterLab for the instructor, with nbgrader's formgrader
 #   make demo   grade a synthetic class of 30 students and write its report (instructors)
 #   make collect / grade / refresh / feedback / report   a class's grading (docs/instructors/)
+#   make release-lesson / release-feedback LESSON=...   through nbgrader's exchange
+#   make watch  grade each submission as it arrives and hand its feedback back
+#   make gradescope LESSON=...   a lesson's Gradescope autograder zip
 #   make adversarial  grade crafted attacks on the grader and summarise what they got
 # Each target installs what it needs and no more: `make lab` the course's runtime alone.
 
@@ -16,10 +19,9 @@ NOTEBOOKS ?= notebooks
 WORK ?= work
 PORT ?= 8888
 
-.PHONY: release-lesson release-feedback
 .PHONY: install install-lab install-instructor torch-build colab-env chromium sandbox postgresql \
 	test-packages lab working-copy exchange formgrader release collect grade refresh feedback report \
-	demo adversarial test test-fast bench lint clean
+	demo adversarial test test-fast bench lint clean release-lesson release-feedback watch gradescope
 
 # --- Installing -------------------------------------------------------------------------------
 # One environment, $(VENV), installed in layers, each only when pyproject.toml or constraints.txt
@@ -291,7 +293,6 @@ report: install-instructor
 
 # Grade submissions as they arrive in the exchange and release their feedback, until stopped
 # (docs/instructors/watch.md); LMS_FOLDER= also watches a folder an LMS sync fills.
-.PHONY: watch
 watch: install-instructor sandbox exchange
 	$(GRADER) watch --exchange "$(EXCHANGE)" $(if $(WORKERS),--workers $(WORKERS)) \
 		$(if $(LMS_FOLDER),--lms-folder "$(LMS_FOLDER)")
@@ -345,7 +346,6 @@ clean:
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # A lesson's Gradescope autograder zip (docs/instructors/gradescope.md): make gradescope LESSON=01_embeddings
-.PHONY: gradescope
 gradescope: install-instructor
 	$(if $(LESSON),,$(error make gradescope needs LESSON=, e.g. LESSON=01_embeddings))
 	$(BIN)/python -m grader gradescope build $(LESSON) $(if $(OUT),--out $(OUT))
