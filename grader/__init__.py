@@ -14,6 +14,11 @@ It is laid out in wings that say who may touch student code:
   everything else; the course file's due dates and late policy.
 - ``outputs/``: the class report, grades.csv, canvas.csv and each student's feedback, read from
   the gradebook.
+- ``watch/``: grading as submissions arrive, a service over the wings above that hands each
+  student's feedback back through nbgrader's exchange.
+- ``gradescope/``: the course as a Gradescope autograder, built from the same plan, runner and
+  checks; without bubblewrap its ``unprivileged`` module is a second trust boundary (the
+  student's process as a user that cannot read the autograder's files) and needs the same review.
 
 Beside them: ``workspace`` (where one run of the course keeps its files), ``timestamps``
 (nbgrader's times), ``course`` (the lessons as the grader reads them), ``release`` (the student
