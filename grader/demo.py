@@ -97,11 +97,13 @@ MISTAKES = {
         return x.reshape(B, T, H * D)
         """, "heads merged without the inverse transpose"),
     "multi_head_attention": ("""
-        q, k, v = (p(x).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
-                   for p, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
-        out, weights = scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal)
-        return out.transpose(1, 2).flatten(-2), weights
-        """, "missing output projection"),
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, self.d_head, bias=bias)
+        self.k_proj = nn.Linear(d_model, self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, self.d_head, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        """, "a projection of the wrong size"),
     "causal_self_attention": ("""
         out, weights = self.attn(x, x, x)
         return F.dropout(out, self.dropout, self.training), weights

@@ -104,7 +104,7 @@ LESSONS = (
         practice=(Practice("split_heads", "multihead.split_heads", difficulty=2, minutes=10),
                   Practice("merge_heads", "multihead.merge_heads", difficulty=1, minutes=5),
                   Practice("multi_head_attention", "multihead.MultiHeadAttention",
-                           difficulty=3, minutes=20)),
+                           difficulty=3, minutes=25)),
         may_import=("attention", "masks")),
     Lesson(
         "05_copy_task", "the transformer block, trained to copy",

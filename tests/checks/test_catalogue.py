@@ -24,7 +24,7 @@ from helpers.checking import CHECK_NAMES, check_of, code_lines, failure, named_m
 EXERCISES = {value.name: value for module in MODULES for value in vars(module).values()
              if isinstance(value, Exercise) and value.assess is None}
 CATALOGUE = {name: exercise.mistakes for name, exercise in EXERCISES.items()}
-CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES
+CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES + lesson04.TRAINING_MISTAKES
 # checks that build their exercise around a seeded model: the catalogue, and the wrong
 # variant with the student's signature
 CATALOGUE["causal_self_attention"] = lesson05.ATTENTION_LAYER_MISTAKES

@@ -15,7 +15,7 @@ from helpers.answers import RAISED_AS_NOT_IMPLEMENTED, REFERENCES, SLIPS
 from helpers.checking import check_of, code_lines, failure
 
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")  # the .T slip
-EXERCISE = {"multi_head_attention": "MultiHeadAttention.forward"}  # check -> exercise name
+EXERCISE = {"multi_head_attention": "MultiHeadAttention"}  # check -> exercise name
 PARAMS = [pytest.param(name, slip, mistake, id=f"{name}-{slip.__name__}")
           for name, slip, mistake in SLIPS]
 
@@ -86,7 +86,7 @@ def test_every_known_error_has_a_slip():
 ])
 def test_other_errors_are_left_as_they_are(text):
     assert all(explain_error(name, text) is None
-               for name in ["softmax", "masked_attention", "MultiHeadAttention.forward"])
+               for name in ["softmax", "masked_attention", "MultiHeadAttention"])
 
 
 def test_a_pattern_means_its_mistake_only_in_its_exercises():

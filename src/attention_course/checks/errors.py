@@ -26,10 +26,11 @@ ANY_AXES = frozenset({"one_hot_embedding", "softmax", "attention_scores",
                       "scaled_dot_product_attention", "apply_mask", "masked_attention",
                       "cached_attention", "grouped_query_attention", "tiled_attention",
                       "merge_attention"})
-ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention", "masked_attention",
-                       "MultiHeadAttention.forward"})
-MASKS = frozenset({"apply_mask", "masked_attention", "to_mha_mask", "MultiHeadAttention.forward"})
-MHA = frozenset({"MultiHeadAttention.forward"})
+MHA = frozenset({"MultiHeadAttention"})
+ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention",
+                       "masked_attention"}) | MHA
+MASKS = frozenset({"apply_mask", "masked_attention", "to_mha_mask"}) | MHA
+LOADED = r"could not load the course's weights [\s\S]*?"  # harness.ModuleUnderTest's words
 
 BROADCAST = r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
 MATMUL = (r"mat1 and mat2 shapes cannot be multiplied|Expected size for first two dimensions of "
@@ -84,6 +85,31 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "A logsumexp has one number per query, (..., T); an output has a row per query, "
                "(..., T, Dv). Broadcasting lines up the last axes, T against Dv: give each "
                "share a trailing axis of size 1 first."),
+    # ------------------------------------------------ lesson 04: the constructor's layers
+    KnownError(MHA, LOADED + r"size mismatch for (?P<name>[\w.]+): copying a param with shape "
+               r"torch\.Size\(\[(?P<expected>[\d, ]*)\]\) from checkpoint, the shape in current "
+               r"model is torch\.Size\(\[(?P<got>[\d, ]*)\]\)",
+               "a projection of the wrong size",
+               "{name} is ({got}) in your module, ({expected}) in the contract. Each of the "
+               "four projections maps all C = d_model features to C: one layer computes every "
+               "head at once, H heads of D = C / H side by side."),
+    KnownError(MHA, LOADED + r"Missing key\(s\) in state_dict: \"[\w.]+\.bias\"(, \"[\w.]+\."
+               r"bias\")*\. *(\)|$)", "biases although bias=False",
+               "The check built your module with bias=False and it still has biases: pass the "
+               "constructor's bias on to every projection."),
+    KnownError(MHA, LOADED + r"Unexpected key\(s\) in state_dict: \"[\w.]+\.bias\"(, \"[\w.]"
+               r"+\.bias\")*\. *(\)|$)", "no biases although bias=True",
+               "The check built your module with bias=True and a projection has no bias: pass "
+               "the constructor's bias on to every projection (nn.Linear has one by default)."),
+    KnownError(MHA, LOADED + r"(Missing|Unexpected) key\(s\) in state_dict",
+               "layers not named as the docstring says",
+               "The check loads the course's weights by name: q_proj, k_proj, v_proj and out_proj, "
+               "four separate nn.Linear layers, and no other parameters."),
+    KnownError(MHA, r"^AttributeError: 'MultiHeadAttention' object has no attribute "
+                    r"'(?P<name>\w+)'",
+               "an attribute the constructor does not set",
+               "Your code reads self.{name}, which the constructor has not set: the constructor "
+               "sets every attribute the docstring lists, before anything uses it."),
     # ------------------------------------------------ shapes that do not broadcast
     KnownError(frozenset({"softmax"}), BROADCAST, *KEEPDIM),
     KnownError(frozenset({"scaled_dot_product_attention"}),
@@ -219,7 +245,7 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
 
 def explain_error(exercise_name: str, error: str) -> tuple[str, str] | None:
     """(mistake, hint) for the text of an error raised by the student's code on exercise
-    ``exercise_name`` (e.g. "softmax", "MultiHeadAttention.forward"), or None if unknown."""
+    ``exercise_name`` (e.g. "softmax", "MultiHeadAttention"), or None if unknown."""
     for row in KNOWN_ERRORS:
         found = re.search(row.pattern, error)
         if found and (not row.exercises or exercise_name in row.exercises):

@@ -345,8 +345,12 @@ def _explain(exercise: Exercise, case: Case, observation: Observation, expected:
 
 def run_check(exercise: Exercise, student: Callable | Harnessed | Target, cases: list[Case],
               reference: Callable | None = None,
-              reference_parameters: Callable[[], dict] | None = None) -> None:
+              reference_parameters: Callable[[], dict] | None = None, *,
+              quiet: bool = False, earlier: int = 0) -> None:
     """Judge ``student`` on every case; print one line on success, raise AssertionError else.
+
+    A check that runs in several parts (another object of the student's in each) makes every
+    part but the last ``quiet`` and counts their cases in the last one's line (``earlier``).
 
     Under the grader a session observes in the student's process and judges here (see
     ``grader/grading/verdicts.py``): ``student`` is then a ``Target`` or ``Harnessed`` of
@@ -359,14 +363,17 @@ def run_check(exercise: Exercise, student: Callable | Harnessed | Target, cases:
         return
     borrowed = _course_object(student)
     if borrowed and not os.environ.get("NBGRADER_EXECUTION"):  # graded: refused as a shortcut
-        print(REFERENCE_IN_USE.format(name=exercise.name, reference=borrowed))
+        if not quiet:
+            print(REFERENCE_IN_USE.format(name=exercise.name, reference=borrowed))
         return
     built = student.build() if isinstance(student, Harnessed) else student
     parameters = getattr(built, "probe_parameters", None)
     seen = [observe(exercise.inputs, exercise.forbidden, built, case, parameters)
             for case in cases]
     judge_all(exercise, cases, seen, reference, reference_parameters)
-    print(f"ok: {exercise.name} passed {len(cases)} check{'s' * (len(cases) != 1)}")
+    if not quiet:
+        passed = earlier + len(cases)
+        print(f"ok: {exercise.name} passed {passed} check{'s' * (passed != 1)}")
 
 
 REFERENCE_IN_USE = (

@@ -1,4 +1,5 @@
-"""Checks for lesson 04_multi_head: splitting and merging heads, MultiHeadAttention.forward."""
+"""Checks for lesson 04_multi_head: splitting and merging heads, the MultiHeadAttention module
+(its constructor and forward, in eval and in training mode)."""
 
 import copy
 
@@ -101,19 +102,28 @@ def check_merge_heads(fn, seed: int = 0) -> None:
     run_check(MERGE_HEADS, fn, cases)
 
 
-# ---------------------------------------------------------------- MultiHeadAttention.forward
+# ---------------------------------------------------------------- MultiHeadAttention
 
 def mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
                 split="transpose", merge="transpose", scale="d_head", project_output=True,
-                swap_kv=False, **masking):
-    """``masking``: how the masks are applied, as in lesson 03's masked attention."""
+                swap_kv=False, shared_kv=False, dropout="weights", **masking):
+    """``masking``: how the masks are applied, as in lesson 03's masked attention; ``dropout``:
+    where dropout acts while the module is training ("weights", "output" before the output
+    projection, or "never")."""
     H, C = module.n_heads, module.d_model
     k_proj, v_proj = (module.v_proj, module.k_proj) if swap_kv else (module.k_proj, module.v_proj)
+    k_proj = v_proj if shared_kv else k_proj  # one layer for both: it holds the values' weights
     q = split_variant(module.q_proj(query), H, method=split)  # (B, T, C) -> (B, H, T, D)
     k = split_variant(k_proj(key), H, method=split)
     v = split_variant(v_proj(value), H, method=split)
     factor = (C // H) ** -0.5 if scale == "d_head" else C ** -0.5
     out, weights = masked_attention_variant(q, k, v, attn_mask, is_causal, factor, **masking)
+    p = module.dropout if module.training and dropout != "never" else 0.0
+    if p > 0.0 and dropout == "weights":
+        weights = F.dropout(weights, p)
+        out = weights @ v  # (B, H, T, S) @ (B, H, S, D) -> (B, H, T, D)
+    elif p > 0.0:
+        out = F.dropout(out, p)
     out = merge_variant(out, method=merge)  # (B, H, T, D) -> (B, T, C)
     return (module.out_proj(out) if project_output else out), weights
 
@@ -147,6 +157,10 @@ MHA_MISTAKES = (
     Mistake("key and value projections swapped",
             "Keys come from self.k_proj(key) and values from self.v_proj(value).",
             {"swap_kv": True}),
+    Mistake("one projection shared by key and value",
+            "Keys and values need projections of their own, two separate nn.Linear layers: a "
+            "layer assigned to both names (or used for both) gives the keys the values' "
+            "weights.", {"shared_kv": True}),
     Mistake("is_causal not passed on",
             "Pass is_causal on to the attention function: with is_causal=True query t must not "
             "see the keys after t.", {"causal": "ignored"}),
@@ -159,35 +173,79 @@ MHA_MISTAKES = (
 )
 
 
+DROPOUT_NEVER_IN_TRAINING = Mistake(
+    "dropout never applied in training",
+    "While the module is training (self.training is True), attention drops each weight with "
+    "probability self.dropout, the dropout the constructor was given; in eval mode it drops "
+    "nothing.", {"dropout": "never"})
+DROPOUT_ON_THE_OUTPUT = Mistake(
+    "dropout applied to the output instead of the weights",
+    "Attention dropout acts on the (B, H, T, S) weights, before they multiply the values, and "
+    "the weights returned are the ones used, after dropout.", {"dropout": "output"})
+TRAINING_MISTAKES = (DROPOUT_NEVER_IN_TRAINING, DROPOUT_ON_THE_OUTPUT)
+
+
 def _forbidden_mha():
     return forbid([multihead.MultiHeadAttention.forward, nn.MultiheadAttention.forward,
                    F.multi_head_attention_forward], ["_native_multi_head_attention"])
 
 
-def check_multi_head_attention(cls, seed: int = 0) -> None:
-    """Check a MultiHeadAttention class (given constructor, student's forward).
-
-    The student's module gets the reference's weights, then both run on the same inputs.
-    Lesson: 04_multi_head
-    """
-    torch.manual_seed(seed)
-    reference = multihead.MultiHeadAttention(12, 3).eval()
-    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
-    exercise = Exercise(
-        name="MultiHeadAttention.forward",
+def _mha_exercise(references: dict, mistakes: tuple) -> Exercise:
+    return Exercise(
+        name="MultiHeadAttention",
         reference=lambda q, k, v, **kw: references[q.dtype](q, k, v, **kw),
         inputs=("query", "key", "value"),
         outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, S)")),
         variant=lambda q, k, v, **kw: mha_variant(references[q.dtype], q, k, v, **kw),
-        mistakes=MHA_MISTAKES,
+        mistakes=mistakes,
         forbidden=_forbidden_mha(),
         nan_gradient=NAN_REPLACED_AFTER_SOFTMAX,
     )
+
+
+def _in_both_precisions(module: nn.Module) -> dict:
+    return {torch.float32: module, torch.float64: copy.deepcopy(module).double()}
+
+
+def check_multi_head_attention(cls, seed: int = 0) -> None:
+    """Check a MultiHeadAttention class, its constructor and its forward.
+
+    The student's module is built with the constructor's arguments and gets the reference's
+    weights (their names and shapes are the contract), then both run on the same inputs: in
+    eval mode with dropout=0.5 and biases, then in training mode with dropout=1.0 and
+    bias=False, where every attention weight is dropped: the weights are 0 and so is the output.
+    Lesson: 04_multi_head
+    """
+    torch.manual_seed(seed)
+    reference = multihead.MultiHeadAttention(12, 3, dropout=0.5).eval()
+    references = _in_both_precisions(reference)
     # in eval mode with dropout 0.5: in eval mode dropout must do nothing
     init = {"d_model": reference.d_model, "n_heads": reference.n_heads, "dropout": 0.5}
     student = Harnessed(harness.ModuleUnderTest, (cls, init, dict(reference.state_dict())))
-    run_check(exercise, student, _mha_cases(seed),
-              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
+    cases = _mha_cases(seed)
+    run_check(_mha_exercise(references, MHA_MISTAKES), student, cases,
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()),
+              quiet=True)
+
+    # in training mode with dropout 1.0: every weight is dropped, and without biases the output
+    # projection of the zero attention output is 0 too (the reference computes exactly that)
+    training = multihead.MultiHeadAttention(12, 3, dropout=1.0, bias=False).train()
+    trained = _in_both_precisions(training)
+    init = {"d_model": 12, "n_heads": 3, "dropout": 1.0, "bias": False}
+    student = Harnessed(harness.ModuleUnderTest, (cls, init, dict(training.state_dict()), True))
+    run_check(_mha_exercise(trained, TRAINING_MISTAKES), student, _training_cases(seed),
+              earlier=len(cases))
+
+
+def _training_cases(seed: int) -> list[Case]:
+    g = seeded(seed + 100)
+    x, memory = randn(2, 5, 12, generator=g), randn(2, 7, 12, generator=g)
+    return [
+        Case("training mode, dropout=1.0, bias=False: self-attention, B, T, C = 2, 5, 12",
+             (x, x, x)),
+        Case("training mode, dropout=1.0, bias=False: cross-attention, causal, T = 5, S = 7",
+             (x, memory, memory), {"is_causal": True}),
+    ]
 
 
 def _mha_cases(seed: int) -> list[Case]:

@@ -44,16 +44,27 @@ def merge_by_permute(x):
 
 
 class StudentMHA(nn.Module):
-    """The constructor the notebook gives; the student writes ``forward``."""
+    """The constructor as the solution writes it; ``forward`` is each answer's own."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        raise NotImplementedError()
+
+
+class StubMHA(nn.Module):
+    """The class a student starts from: constructor and forward both to be written."""
+
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        raise NotImplementedError()
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         raise NotImplementedError()
@@ -73,22 +84,42 @@ class MHAByEinsum(StudentMHA):
             scores = scores + additive(attn_mask, scores.dtype)
         sees = ~scores.isneginf().all(dim=-1, keepdim=True)  # False where a query sees no key
         weights = torch.softmax(scores.where(sees, 0.0), dim=-1) * sees
+        weights = F.dropout(weights, self.dropout, self.training)
         out = torch.einsum("bhts,bshd->bthd", weights, v).flatten(-2)
         return self.out_proj(out), weights
 
 
-class MHAFromEarlierLessons(StudentMHA):
-    """Reuses the course's attention function and head helpers: allowed, not shortcuts."""
+class MHAFromEarlierLessons(nn.Module):
+    """Builds its layers in a loop and reuses the course's attention function and head
+    helpers: allowed, not shortcuts."""
+
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_head, self.dropout = d_model // n_heads, dropout
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = (multihead.split_heads(proj(x), self.n_heads) for proj, x in
                    ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
-        out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask,
-                                                             is_causal=is_causal)
+        out, weights = attention.scaled_dot_product_attention(
+            q, k, v, attn_mask, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal)
         return self.out_proj(multihead.merge_heads(out)), weights
 
 
-class MHAPerHead(StudentMHA):
+class MHAPerHead(nn.Module):
+    """An nn.Dropout module next to the probability, and one head at a time."""
+
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.drop = nn.Dropout(dropout)
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
         B, T, S, H = query.shape[0], query.shape[1], key.shape[1], self.n_heads
@@ -96,9 +127,10 @@ class MHAPerHead(StudentMHA):
         for h in range(H):
             part = slice(h * self.d_head, (h + 1) * self.d_head)
             mask = None if attn_mask is None else attn_mask.broadcast_to(B, H, T, S)[:, h]
-            out, w = masked_attention_additive(q[..., part], k[..., part], v[..., part], mask,
-                                               is_causal)
-            outs.append(out)
+            _, w = masked_attention_additive(q[..., part], k[..., part], v[..., part], mask,
+                                             is_causal)
+            w = self.drop(w)
+            outs.append(w @ v[..., part])
             weights.append(w)
         return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(weights, dim=1)
 
@@ -111,11 +143,11 @@ CORRECT = {
 REFERENCES = {
     "split_heads": multihead.split_heads,
     "merge_heads": multihead.merge_heads,
-    "multi_head_attention": multihead.MultiHeadAttention.forward,
+    "multi_head_attention": multihead.MultiHeadAttention,
 }
-PRINTED_NAME = {"multi_head_attention": "MultiHeadAttention.forward"}
-# the stub a student starts from, where it is a class with a given constructor
-STUBS = {"multi_head_attention": StudentMHA}
+PRINTED_NAME = {"multi_head_attention": "MultiHeadAttention"}
+# the stub a student starts from, where it is a class
+STUBS = {"multi_head_attention": StubMHA}
 
 
 # ---------------------------------------------------------------- shortcuts
@@ -214,6 +246,9 @@ class MHAHandWritten(StudentMHA):
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = (self.split(x) for x in self.project(query, key, value))
         out, weights = masked_attention_additive(q, k, v, attn_mask, is_causal, self.scale())
+        if self.training:
+            weights = F.dropout(weights, self.dropout)
+            out = weights @ v
         return self.out_proj(merge_by_transpose(out)), weights
 
     def scale(self):
@@ -269,6 +304,33 @@ class MHAWithNaNRows(MHAByEinsumFilling):
     fill = float("-inf")
 
 
+class MHASharingOneKeyValueLayer(MHAHandWritten):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, n_heads, dropout, bias)
+        self.k_proj = self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+
+
+class MHANeverDropping(MHAHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (self.split(x) for x in self.project(query, key, value))
+        out, weights = masked_attention_additive(q, k, v, attn_mask, is_causal)
+        return self.out_proj(merge_by_transpose(out)), weights
+
+
+class MHADroppingTheHeadsOutput(MHAHandWritten):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (self.split(x) for x in self.project(query, key, value))
+        out, weights = masked_attention_additive(q, k, v, attn_mask, is_causal)
+        out = F.dropout(merge_by_transpose(out), self.dropout, self.training)
+        return self.out_proj(out), weights
+
+
+class MHADroppingTheLayersOutput(MHANeverDropping):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        out, weights = super().forward(query, key, value, attn_mask, is_causal)
+        return F.dropout(out, self.dropout, self.training), weights
+
+
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     split_by_view_only: ("split_heads", ["heads split with view and no transpose"]),
     merge_by_reshape_only: ("merge_heads", ["heads merged without the inverse transpose"]),
@@ -282,6 +344,13 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     MHAIgnoringFloatMasks: ("multi_head_attention", ["float mask ignored"]),
     MHAReadingEveryMaskAsBool: ("multi_head_attention", ["float mask treated as a bool mask"]),
     MHAWithNaNRows: ("multi_head_attention", ["fully masked rows give NaN"]),
+    MHASharingOneKeyValueLayer: ("multi_head_attention",
+                                 ["one projection shared by key and value"]),
+    MHANeverDropping: ("multi_head_attention", ["dropout never applied in training"]),
+    MHADroppingTheHeadsOutput: ("multi_head_attention",
+                                ["dropout applied to the output instead of the weights"]),
+    MHADroppingTheLayersOutput: ("multi_head_attention",
+                                 ["dropout applied to the output instead of the weights"]),
 }
 
 
@@ -344,6 +413,45 @@ class MHAKeysByDotT(StudentMHA):
         return self.out_proj(merge_by_transpose(weights @ v)), weights
 
 
+class MHAAlwaysWithBiases(MHAHandWritten):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, n_heads, dropout)
+
+
+class MHAWithoutBiases(MHAHandWritten):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, n_heads, dropout, bias=False)
+
+
+class MHAWithHeadSizedQueries(MHAHandWritten):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, n_heads, dropout, bias)
+        self.q_proj = nn.Linear(d_model, d_model // n_heads, bias=bias)
+
+
+class MHAWithAFusedKeyValueLayer(MHAHandWritten):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, n_heads, dropout, bias)
+        del self.k_proj, self.v_proj
+        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+
+    def project(self, query, key, value):
+        k, _ = self.kv_proj(key).chunk(2, dim=-1)
+        _, v = self.kv_proj(value).chunk(2, dim=-1)
+        return self.q_proj(query), k, v
+
+
+class MHAForgettingTheDropout(MHAHandWritten):
+    """Named as the notebook's class is, since the error's text names the class."""
+
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, n_heads, dropout, bias)
+        del self.dropout
+
+
+MHAForgettingTheDropout.__name__ = "MultiHeadAttention"
+
+
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("split_heads", split_with_the_width_for_each_head,
      "view or reshape sizes that do not multiply to the tensor's size"),
@@ -357,4 +465,9 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
     ("multi_head_attention", MHAKeysNotTransposed, "matrix product of shapes that do not line up"),
     ("multi_head_attention", MHAKeysByDotT,
      "every axis of key reversed (.T) instead of the last two swapped"),
+    ("multi_head_attention", MHAAlwaysWithBiases, "biases although bias=False"),
+    ("multi_head_attention", MHAWithoutBiases, "no biases although bias=True"),
+    ("multi_head_attention", MHAWithHeadSizedQueries, "a projection of the wrong size"),
+    ("multi_head_attention", MHAWithAFusedKeyValueLayer, "layers not named as the docstring says"),
+    ("multi_head_attention", MHAForgettingTheDropout, "an attribute the constructor does not set"),
 ]

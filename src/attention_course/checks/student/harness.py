@@ -15,28 +15,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ["ModuleUnderTest"]
 
 
-class ModuleUnderTest:
-    """The student's ``nn.Module`` class, built with ``init`` and loaded with the reference's
-    ``state`` (its weights), in eval mode; a float64 copy answers the float64 cases."""
-
-    def __init__(self, cls, init: dict, state: dict):
-        try:
-            module = cls(**init)
-            module.load_state_dict(state)
-        except Exception as err:
-            raise AssertionError(
-                f"could not build your module and load the reference weights "
-                f"({type(err).__name__}: {err}). Keep the constructor as given.") from None
-        self.modules = {torch.float32: module.eval(),
-                        torch.float64: copy.deepcopy(module).double().eval()}
-
-    def __call__(self, x, *args, **kwargs):
-        return self.modules[x.dtype](x, *args, **kwargs)
-
-    def probe_parameters(self) -> dict[str, nn.Parameter]:
-        return dict(self.modules[torch.float64].named_parameters())
-
-
 # ---------------------------------------------------------------- lesson 07: tiled attention
 
 class NotTiled(RuntimeError):
@@ -123,9 +101,12 @@ def seeded_parameters(module: nn.Module, seed: int) -> nn.Module:
 
 
 class _InBothPrecisions:
-    """A module in eval mode, and a float64 copy of it for the float64 cases. It is built on
-    first use, inside the observed call: what the student's constructor raises (an unfinished
-    one raises NotImplementedError) is then reported like any error of the student's code."""
+    """A module in eval mode (in training mode when ``training``), and a float64 copy of it for
+    the float64 cases. It is built on first use, inside the observed call: what the student's
+    constructor raises (an unfinished one raises NotImplementedError) is then reported like any
+    error of the student's code."""
+
+    training = False
 
     def build(self) -> nn.Module:
         raise NotImplementedError
@@ -133,8 +114,8 @@ class _InBothPrecisions:
     def module(self, dtype: torch.dtype) -> nn.Module:
         if not hasattr(self, "_modules"):
             built = self.build()
-            self._modules = {torch.float32: built.eval(),
-                             torch.float64: copy.deepcopy(built).double().eval()}
+            self._modules = {torch.float32: built.train(self.training),
+                             torch.float64: copy.deepcopy(built).double().train(self.training)}
         return self._modules[dtype]
 
     def __call__(self, x, *args, **kwargs):
@@ -142,6 +123,25 @@ class _InBothPrecisions:
 
     def probe_parameters(self) -> dict[str, nn.Parameter]:
         return dict(self.module(torch.float64).named_parameters())
+
+
+class ModuleUnderTest(_InBothPrecisions):
+    """The student's ``nn.Module`` class, built with ``init`` and loaded with the reference's
+    ``state`` (its weights), in eval mode, or in training mode when ``training``; a float64
+    copy answers the float64 cases."""
+
+    def __init__(self, cls, init: dict, state: dict, training: bool = False):
+        self.cls, self.init, self.state, self.training = cls, init, state, training
+
+    def build(self) -> nn.Module:
+        module = self.cls(**self.init)
+        try:
+            module.load_state_dict(self.state)
+        except Exception as err:
+            raise AssertionError(
+                f"could not load the course's weights ({', '.join(self.state)}) into your "
+                f"module built with {self.init} ({type(err).__name__}: {err})") from None
+        return module
 
 
 class SeededModuleUnderTest(_InBothPrecisions):
