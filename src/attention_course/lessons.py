@@ -99,8 +99,8 @@ LESSONS = (
         may_import=("attention.attention_scores", "attention.softmax")),
     Lesson(
         "04_multi_head", "multi-head attention", teaches=("multihead",),
-        builds="splitting and merging heads, `MultiHeadAttention.forward`, parity with "
-               "`nn.MultiheadAttention`",
+        builds="splitting and merging heads, the whole `MultiHeadAttention` module "
+               "(constructor, dropout, forward), parity with `nn.MultiheadAttention`",
         practice=(Practice("split_heads", "multihead.split_heads", difficulty=2, minutes=10),
                   Practice("merge_heads", "multihead.merge_heads", difficulty=1, minutes=5),
                   Practice("multi_head_attention", "multihead.MultiHeadAttention",
