@@ -70,6 +70,9 @@ except ImportError:
 
 SCRATCH_LAYOUT = ("home", "tmp", "work")
 GRACE_SECONDS = 5.0  # after SIGINT, how long a cell has to stop before it is killed
+# reads of its progress pipe once it has ended (128 KiB at most): a pipe write over 4 KiB may be
+# split, so its "done" can still wait behind a flood when the process is gone
+FINAL_READS = 32
 # the forked process's pipes: its output, the cell it starts, its channel to the grader (its
 # waits and replies), and the grader's requests to it
 OUTPUT_FD, PROGRESS_FD, CHANNEL_FD, REQUEST_FD = 1, 3, 4, 5
@@ -401,17 +404,15 @@ def _watch(pid: int, progress_fd: int, output: Stream, channel: Channel, relay: 
                 waiting, cell_started = False, time.monotonic()
         if can_write:
             relay.push()
-        if progress_fd in ready:
-            buffer += os.read(progress_fd, 4096)
-            *lines, buffer = buffer.split(b"\n")
-            buffer = buffer[-16:]  # a cell number or "done": nothing longer is one
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if progress_fd in ready or finished:  # once it has ended, what it wrote last too
+            lines, buffer = _progress(progress_fd, buffer, FINAL_READS if finished else 1)
             for line in lines:
                 done = done or line == b"done"
                 if line.isdigit() and len(line) <= 6:
                     cell, cell_started, interrupted = int(line), time.monotonic(), False
-        finished, status = os.waitpid(pid, os.WNOHANG)
         if finished:
-            while channel.fd in select.select([channel.fd], [], [], 0)[0] and channel.drain():
+            while _readable(channel.fd) and channel.drain():
                 pass  # its last words
             return _ended(status, done, cell)
         now = time.monotonic()
@@ -428,6 +429,23 @@ def _watch(pid: int, progress_fd: int, output: Stream, channel: Channel, relay: 
                         f"{job['cell_timeout']:g} s and did not stop when interrupted"}
             os.kill(pid, signal.SIGINT)
             interrupted = True
+
+
+def _readable(fd: int) -> bool:
+    return fd in select.select([fd], [], [], 0)[0]
+
+
+def _progress(fd: int, buffer: bytes, reads: int) -> tuple[list[bytes], bytes]:
+    """At most ``reads`` reads of what waits on the progress pipe: its whole lines, and the
+    start of the next one (a cell number or "done": nothing longer is one)."""
+    lines = []
+    for _ in range(reads):
+        chunk = os.read(fd, 4096) if _readable(fd) else b""
+        if not chunk:
+            break
+        *whole, buffer = (buffer + chunk).split(b"\n")
+        lines, buffer = lines + whole, buffer[-16:]
+    return lines, buffer
 
 
 def _ended(status: int, done: bool, cell: int | None) -> dict:

@@ -85,3 +85,13 @@ def test_a_closed_runner_is_never_started_again(tmp_path):
         closed.start()
     answer, _ = closed.run(closed.limits.job(HONEST, {}), lambda grade_id, exchange: None)
     assert answer["status"] == "crashed" and closed.process is None
+
+
+def test_a_flood_larger_than_the_pipe_is_read_to_the_end(runner):
+    """A pipe write over 4 KiB may be split, so the runner's own "done" can still wait behind a
+    flood when the process is gone: it is read before the end is judged (under load it was not,
+    and a finished submission looked crashed)."""
+    cells = code("import os\n" + "os.write(3, b'9' * 200000 + b'\\n')")
+    for _ in range(5):
+        answer = run(runner, cells)
+        assert answer["status"] == "finished", answer
