@@ -50,7 +50,11 @@ uv-install = $(UV) pip install --python $(1) $(EXCLUDES)
 EXCLUDES := --excludes excludes.txt
 # $(call compile-imports,<environment's python>,<modules, comma-separated>)
 # (debugpy, which the kernel imports, would warn that frozen modules hide breakpoints)
-compile-imports = PYTHONDONTWRITEBYTECODE= PYDEVD_DISABLE_FILE_VALIDATION=1 $(1) -c 'import $(2)'
+compile-imports = @echo "$(STEP) importing $(2) once$(COMMA) so that later starts are fast" && \
+	PYTHONDONTWRITEBYTECODE= PYDEVD_DISABLE_FILE_VALIDATION=1 $(1) -c 'import $(2)'
+# What a long step that prints nothing of its own is doing, one line before it starts.
+STEP := ==>
+COMMA := ,
 LAB_IMPORTS := torch, torch._dynamo, matplotlib.pyplot, IPython, ipykernel.kernelapp, \
 	ipywidgets, tqdm.auto, jupyterlab.labapp, attention_course.checks
 INSTRUCTOR_IMPORTS := nbgrader.apps, grader.cli
@@ -109,6 +113,7 @@ $(LAB_STAMP): pyproject.toml constraints.txt excludes.txt | $(UV) $(if $(TORCH_I
 	$(if $(TORCH_INDEX),$(call install-torch,$(BIN)/python))
 	$(call uv-install,$(BIN)/python) -c constraints.txt -e '.[lab]'
 	$(UV) pip uninstall --quiet --python $(BIN)/python -r excludes.txt  # from an older .venv
+	@echo "$(STEP) compiling torch's Python files once (the longest silent step: up to a minute on a busy machine)"
 	$(BIN)/python -m compileall -q -j 0 -x '/_internal/' $(VENV)/lib/python3*/site-packages/torch
 	$(call compile-imports,$(BIN)/python,$(LAB_IMPORTS))
 	touch $@
@@ -222,6 +227,7 @@ $(STUDENT_KERNEL): Makefile | $(VENV)/pyvenv.cfg
 		' "metadata": {"debugger": true}}' > $@
 
 lab: install-lab working-copy $(STUDENT_CONFIG_FILES) $(STUDENT_KERNEL)
+	@echo "$(STEP) starting JupyterLab on port $(PORT): its address follows"
 	JUPYTER_CONFIG_PATH="$(abspath $(STUDENT_CONFIG))$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	JUPYTER_PATH="$(abspath $(STUDENT_DATA))$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
 		$(BIN)/jupyter lab --ServerApp.root_dir=$(WORK) --port=$(PORT) $(ALLOW_ROOT)
