@@ -69,10 +69,7 @@ def sections(quick: bool) -> dict:
 
 
 def report(results: dict) -> None:
-    lessons = results["notebooks"]
-    print(f"notebooks: floor {lessons['floor_seconds']:.1f} s; " + ", ".join(
-        f"{r['lesson']} {r['seconds']:.1f} s ({r['ratio_to_floor']:.1f}x)"
-        for r in lessons["lessons"]))
+    print(notebooks.report(results["notebooks"]))
     steps, secs, accuracy = (results["copy_task"]["summary"][k]
                              for k in ("steps", "seconds", "accuracy"))
     print(f"copy task: median {steps['median']:.0f} steps ({steps['min']}-{steps['max']}), "

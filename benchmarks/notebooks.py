@@ -1,12 +1,17 @@
-"""How long each lesson takes to execute under nbval, against the floor of the same machine.
+"""How long each lesson takes under nbval, quiet and on a busy machine, against the floor.
 
 The floor is a notebook that only starts a kernel and imports torch and matplotlib: no lesson
-can be faster. Each notebook runs in a fresh pytest + nbval process; medians of the repeats.
+can be faster. Each notebook runs in a fresh pytest + nbval process, as `make test` runs it
+(one torch thread per kernel); medians of the repeats. Each lesson runs twice side by side:
+on a quiet machine, and beside a competing load of two busy processes (a browser, a video
+call), where it should take at most about 1.5 times as long.
 
 Run: .venv/bin/python benchmarks/notebooks.py [--repeats N]
 """
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -23,16 +28,42 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE_TORCH_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}  # as `make test` runs every kernel
 
 
-def nbval_seconds(notebook: Path, repeats: int) -> float:
-    """Median wall time of `pytest --nbval-lax notebook` (the way `make test` runs it)."""
-    times = []
+def nbval_seconds(notebook: Path) -> float:
+    """Wall time of one `pytest --nbval-lax notebook` (the way `make test` runs it)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "--nbval-lax", "--nbval-current-env", str(notebook)],
+                   cwd=ROOT, check=True, capture_output=True, env=ONE_TORCH_THREAD)
+    return time.perf_counter() - start
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy(processes: int = 2):
+    """``processes`` processes that keep a core busy each, for the length of the block."""
+    load = [multiprocessing.Process(target=spin, daemon=True) for _ in range(processes)]
+    for process in load:
+        process.start()
+    try:
+        yield
+    finally:
+        for process in load:
+            process.kill()
+            process.join()
+
+
+def quiet_and_busy(notebook: Path, repeats: int) -> tuple[float, float]:
+    """Medians of ``repeats`` runs quiet and as many beside the load, alternating."""
+    quiet, loaded = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "--nbval-lax", "--nbval-current-env", str(notebook)],
-                       cwd=ROOT, check=True, capture_output=True, env=ONE_TORCH_THREAD)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        quiet.append(nbval_seconds(notebook))
+        with busy():
+            loaded.append(nbval_seconds(notebook))
+    return statistics.median(quiet), statistics.median(loaded)
 
 
 def floor_notebook(folder: Path) -> Path:
@@ -44,25 +75,34 @@ def floor_notebook(folder: Path) -> Path:
 
 
 def measure(repeats: int = 3, limit: int | None = None) -> dict:
-    """The floor and every lesson (or the first ``limit`` lessons)."""
+    """The floor and every lesson (or the first ``limit`` lessons), quiet and busy."""
     lessons = [ROOT / "solutions" / lesson / f"{lesson}.ipynb" for lesson in ids()[:limit]]
     with tempfile.TemporaryDirectory() as scratch:
-        floor = nbval_seconds(floor_notebook(Path(scratch)), repeats)
-    rows = [{"lesson": p.stem, "seconds": nbval_seconds(p, repeats)} for p in lessons]
-    for row in rows:
-        row["ratio_to_floor"] = row["seconds"] / floor
-    return {"floor_seconds": floor, "lessons": rows,
+        floor, floor_busy = quiet_and_busy(floor_notebook(Path(scratch)), repeats)
+    rows = []
+    for path in lessons:
+        seconds, busy_seconds = quiet_and_busy(path, repeats)
+        rows.append({"lesson": path.stem, "seconds": seconds, "ratio_to_floor": seconds / floor,
+                     "busy_seconds": busy_seconds, "busy_ratio": busy_seconds / seconds})
+    return {"floor_seconds": floor, "floor_busy_seconds": floor_busy, "lessons": rows,
             "total_seconds": sum(row["seconds"] for row in rows)}
+
+
+def report(result: dict) -> str:
+    lines = [f"{'':28} {'quiet':>7} {'floor':>6} {'busy':>7} {'busy/quiet':>10}",
+             f"{'floor (kernel + imports)':28} {result['floor_seconds']:6.1f}s {'':6} "
+             f"{result['floor_busy_seconds']:6.1f}s"]
+    lines += [f"{row['lesson']:28} {row['seconds']:6.1f}s {row['ratio_to_floor']:5.1f}x "
+              f"{row['busy_seconds']:6.1f}s {row['busy_ratio']:9.2f}x"
+              for row in result["lessons"]]
+    lines.append(f"{'all lessons, quiet':28} {result['total_seconds']:6.1f}s")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    result = measure(parser.parse_args().repeats)
-    print(f"{'floor (kernel + imports)':28} {result['floor_seconds']:6.1f} s")
-    for row in result["lessons"]:
-        print(f"{row['lesson']:28} {row['seconds']:6.1f} s  {row['ratio_to_floor']:4.1f}x floor")
-    print(f"{'all lessons':28} {result['total_seconds']:6.1f} s")
+    print(report(measure(parser.parse_args().repeats)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
-"""Choosing where tensors live: a GPU when one is asked for and present, else the CPU.
+"""Choosing where tensors live: a GPU when one is asked for and present, else the CPU, on one
+thread.
 
-Used by every lesson's setup cell (the ``USE_GPU`` toggle).
+Used by every lesson's setup cell (the ``USE_GPU`` toggle). The lessons' models and tensors are
+small: on a CPU, a second thread gains little when the machine is quiet and costs several times
+the time when other programs keep the cores busy, as a browser or a video call does, because the
+threads wait on each other (``make bench``: notebooks quiet and busy; benchmarks/README.md).
 """
 
 import importlib.util
@@ -8,6 +12,7 @@ import importlib.util
 import torch
 
 COLAB_GPU_HINT = "On Colab: Runtime > Change runtime type > T4 GPU, then run the notebook again."
+CPU_THREADS = 1
 
 
 def in_colab() -> bool:
@@ -18,12 +23,17 @@ def in_colab() -> bool:
         return False
 
 
-def pick_device(use_gpu: bool = True, verbose: bool = True) -> torch.device:
+def pick_device(use_gpu: bool = True, verbose: bool = True,
+                cpu_threads: int | None = CPU_THREADS) -> torch.device:
     """CUDA (or Apple MPS) if ``use_gpu`` and one is present, otherwise the CPU.
 
-    Prints one line saying what was chosen and, on Colab without a GPU, how to get one.
+    On the CPU, torch then computes on ``cpu_threads`` threads (None: torch's default, one per
+    core). Prints one line saying what was chosen and, on Colab without a GPU, how to get one.
     """
     device, message = _choose(use_gpu)
+    if device.type == "cpu" and cpu_threads is not None:
+        torch.set_num_threads(cpu_threads)
+        message += f" Torch computes on {cpu_threads} thread{'s' * (cpu_threads > 1)}."
     if verbose:
         print(message)
     return device
