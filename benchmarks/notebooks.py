@@ -1,10 +1,10 @@
 """How long each lesson takes under nbval, quiet and on a busy machine, against the floor.
 
 The floor is a notebook that only starts a kernel and imports torch and matplotlib: no lesson
-can be faster. Each notebook runs in a fresh pytest + nbval process, as `make test` runs it
-(one torch thread per kernel); medians of the repeats. Each lesson runs twice side by side:
-on a quiet machine, and beside a competing load of two busy processes (a browser, a video
-call), where it should take at most about 1.5 times as long.
+can be faster. Each notebook runs in a fresh pytest + nbval process, in a student's environment
+(no thread settings: the lesson's setup cell chooses); medians of the repeats. Each lesson runs
+twice side by side: on a quiet machine, and beside a competing load of two busy processes (a
+browser, a video call), where it should take at most about 1.5 times as long.
 
 Run: .venv/bin/python benchmarks/notebooks.py [--repeats N]
 """
@@ -25,15 +25,16 @@ import nbformat
 from attention_course.lessons import ids
 
 ROOT = Path(__file__).resolve().parents[1]
-ONE_TORCH_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}  # as `make test` runs every kernel
+THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+STUDENT = {name: value for name, value in os.environ.items() if name not in THREAD_SETTINGS}
 
 
 def nbval_seconds(notebook: Path) -> float:
-    """Wall time of one `pytest --nbval-lax notebook` (the way `make test` runs it)."""
+    """Wall time of one `pytest --nbval-lax notebook`, in a student's environment."""
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     "--nbval-lax", "--nbval-current-env", str(notebook)],
-                   cwd=ROOT, check=True, capture_output=True, env=ONE_TORCH_THREAD)
+                   cwd=ROOT, check=True, capture_output=True, env=STUDENT)
     return time.perf_counter() - start
 
 
