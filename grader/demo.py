@@ -43,6 +43,14 @@ MISTAKES = {
         pe[:, 1::2] = torch.sin(angles)
         return pe
         """, "sin and cos swapped"),
+    "offset_matrix": ("""
+        two_i = torch.arange(0, d_model, 2)
+        angle = k / 10000 ** (two_i / d_model)
+        m = torch.zeros(d_model, d_model)
+        m[two_i, two_i] = m[two_i + 1, two_i + 1] = torch.cos(angle)
+        m[two_i, two_i + 1], m[two_i + 1, two_i] = torch.sin(angle), -torch.sin(angle)
+        return m
+        """, "rotation transposed: it moves the encoding k places back"),
     "token_and_position_embedding": ("""
         return weight[token_ids] + pe[: token_ids.shape[-1]]
         """, "embedding not scaled by sqrt(d_model)"),
@@ -123,6 +131,34 @@ MISTAKES = {
         logits = model(sequences[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1), sequences[:, 1:].flatten())
         """, "loss over the prompt half too"),
+    "decoder_only_transformer": ("""
+        self.embed = TokenAndPositionEmbedding(
+            vocab_size, d_model, max_len, learned_positions=positions == "learned",
+            positions=positions != "none", scale_tokens=scale_tokens)
+        layer = block(d_model, n_heads, d_ff or 4 * d_model, dropout)
+        self.blocks = nn.ModuleList([layer] * n_layers)
+        self.norm = norm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+        """, "one block used for every layer"),
+    "train_step": ("""
+        model.train()
+        loss = loss_fn(model, sequences, n)
+        loss.backward()
+        if max_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        return loss.item()
+        """, "gradients never zeroed"),
+    "rms_norm": ("""
+        self.eps = 1e-6
+        self.weight = nn.Parameter(torch.ones(d_model))
+        """, "the eps argument ignored"),
+    "swiglu": ("""
+        self.gate = nn.Linear(d_model, 4 * d_model, bias=False)
+        self.up = nn.Linear(d_model, 4 * d_model, bias=False)
+        self.down = nn.Linear(4 * d_model, d_model, bias=False)
+        self.dropout = dropout
+        """, "hidden width 4 * d_model instead of d_ff"),
     "rotary_angles": ("""
         position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]
         i = torch.arange(d_head // 2, device=device, dtype=dtype)
@@ -177,7 +213,7 @@ MISTAKES = {
             l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
             acc = acc + p @ v
             m = m_new
-        return acc / l
+        return acc / l, (m + torch.log(l)).squeeze(-1)
         """, "running max not used to rescale the accumulated output"),
     "merge_attention": ("""
         return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)

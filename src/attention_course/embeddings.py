@@ -51,6 +51,29 @@ def sinusoidal_positional_encoding(seq_len: int, d_model: int, *, base: float = 
     return pe.to(dtype)
 
 
+def offset_matrix(k: int, d_model: int, *, base: float = 10000.0, dtype=torch.float32) -> Tensor:
+    """The (C, C) matrix that moves every position's sinusoidal encoding k places on.
+
+    PE[t + k] = PE[t] @ M for every t: pair i of PE[t], (sin(t w_i), cos(t w_i)), turns by the
+    angle k w_i, w_i = base^(-2i/C), whatever t is. So M is block diagonal, one 2x2 rotation
+    [[cos(k w_i), -sin(k w_i)], [sin(k w_i), cos(k w_i)]] on dimensions 2i and 2i + 1 (acting on
+    row vectors from the right). A negative k moves back.
+    Args:
+        k: the offset, any integer.
+        d_model: model width C (even).
+        base, dtype: as in ``sinusoidal_positional_encoding``.
+    Returns:
+        (C, C) tensor, zero outside the 2x2 blocks on the diagonal.
+    Lesson: 01_embeddings
+    """
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
+    angle = k / base ** (two_i / d_model)  # (C/2,) the turn of each pair
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    blocks = torch.stack([torch.stack([cos, -sin], -1),
+                          torch.stack([sin, cos], -1)], -2)  # (C/2, 2, 2)
+    return torch.block_diag(*blocks).to(dtype)  # (C, C)
+
+
 def token_and_position_embedding(token_ids: Tensor, weight: Tensor, pe: Tensor) -> Tensor:
     """Token embedding scaled by sqrt(C) plus the encoding of each position.
 

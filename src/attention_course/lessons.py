@@ -71,12 +71,14 @@ class Lesson:
 LESSONS = (
     Lesson(
         "01_embeddings", "embeddings", teaches=("embeddings",),
-        builds="one-hot lookup = embedding, sinusoidal positional encoding, token + position "
-               "embedding",
+        builds="one-hot lookup = embedding, sinusoidal positional encoding, the matrix that "
+               "moves it by an offset, token + position embedding",
         practice=(Practice("one_hot_embedding", "embeddings.one_hot_embedding",
                            difficulty=1, minutes=5),
                   Practice("sinusoidal_positional_encoding",
                            "embeddings.sinusoidal_positional_encoding", difficulty=2, minutes=15),
+                  Practice("offset_matrix", "embeddings.offset_matrix", difficulty=2,
+                           minutes=15),
                   Practice("token_and_position_embedding",
                            "embeddings.token_and_position_embedding", difficulty=1, minutes=10))),
     Lesson(
@@ -109,17 +111,24 @@ LESSONS = (
     Lesson(
         "05_copy_task", "the transformer block, trained to copy",
         teaches=("model", "data", "training"),
-        builds="causal self-attention layer, MLP, pre-norm decoder block; the loss with the "
-               "causal shift and the answer mask; a model of your block trained to copy, and "
-               "ablations of positions, heads and the embedding scale",
+        builds="causal self-attention layer, MLP, pre-norm decoder block, the whole model "
+               "around the blocks (embedding, blocks, final norm, head); the loss with the "
+               "causal shift and the answer mask, the training step; a model of your block "
+               "trained to copy, ablations of positions and the embedding scale; RMSNorm and "
+               "a SwiGLU MLP for a modern block",
         practice=(Practice("causal_self_attention", "model.CausalSelfAttention",
                            difficulty=1, minutes=5),
                   Practice("mlp", "model.MLP", difficulty=2, minutes=10),
                   Practice("decoder_block", "model.DecoderBlock", difficulty=2, minutes=10),
+                  Practice("decoder_only_transformer", "model.DecoderOnlyTransformer",
+                           difficulty=2, minutes=20),
                   Practice("copy_task_loss", "training.copy_task_loss", difficulty=2, minutes=10),
-                  Practice("copy_accuracy", written=False)),
+                  Practice("train_step", "training.train_step", difficulty=2, minutes=10),
+                  Practice("copy_accuracy", written=False),
+                  Practice("rms_norm", "model.RMSNorm", difficulty=2, minutes=10),
+                  Practice("swiglu", "model.SwiGLU", difficulty=2, minutes=10)),
         may_import=("embeddings", "attention", "masks", "multihead", "data",
-                    "model.DecoderOnlyTransformer", "training.train", "training.TrainConfig",
+                    "training.train", "training.TrainConfig", "training.AdamW",
                     "training.History", "training.greedy_decode", "training.sequence_accuracy")),
     Lesson(
         "06_rotary_positions", "rotary position embeddings", teaches=("rope", "lengths"),

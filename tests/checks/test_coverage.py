@@ -122,6 +122,8 @@ def _sizes(exercise, values, first) -> list[str]:
     if "weight" in values and "token_ids" in values and "pe" not in values:
         if values["token_ids"].max() < values["weight"].shape[0] - 1:
             found.append("ids that do not reach V - 1")
+    if exercise.name == "offset_matrix" and values["k"] <= 0:
+        found.append("offset k = 0" if values["k"] == 0 else "a negative offset")
     if "lengths" in values and (values["lengths"] == 0).any():
         found.append("a sequence of length 0")
     return found
@@ -150,7 +152,8 @@ def _masks(exercise, values) -> list[str]:
 # ---------------------------------------------------------------- the table
 
 ORDER = ("T = S", "T != S", "T < S", "T > S", "S left", "Dv != D", "no batch", "extra batch",
-         "float64", "gradients", "dim other", "large logits", "-inf", "ids that", "a sequence",
+         "float64", "gradients", "dim other", "large logits", "-inf", "ids that", "offset k",
+         "a negative", "a sequence",
          "no mask", "bool mask", "float mask", "a query", "is_causal", "scale", "device",
          "training mode")
 
@@ -182,7 +185,7 @@ def table() -> str:
 
 
 def test_every_check_of_lessons_01_to_04_is_in_the_table():
-    assert len(CHECKS) == 14
+    assert len(CHECKS) == 15
 
 
 def test_readme_table_matches_the_checks():

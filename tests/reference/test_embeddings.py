@@ -8,6 +8,7 @@ from torch import nn
 
 from attention_course.embeddings import (
     TokenAndPositionEmbedding,
+    offset_matrix,
     one_hot_embedding,
     sinusoidal_positional_encoding,
     token_and_position_embedding,
@@ -52,6 +53,27 @@ def test_sinusoidal_encoding_range_and_position_zero():
     assert (pe.abs() <= 1).all()
     assert torch.equal(pe[0], torch.tensor([0.0, 1.0] * 6))
     assert_close(pe, loop_positional_encoding(200, 12).float())
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, -2, 40])
+@pytest.mark.parametrize("d_model", [2, 6, 16])
+def test_offset_matrix_moves_every_position_by_k(k, d_model):
+    pe = loop_positional_encoding(60, d_model)
+    m = offset_matrix(k, d_model, dtype=torch.float64)
+    start, stop = max(0, -k), 60 - max(0, k)  # positions t with t and t + k both in 0..59
+    assert_close(pe[start:stop] @ m, pe[start + k:stop + k])
+    assert m.shape == (d_model, d_model) and offset_matrix(k, d_model).dtype == torch.float32
+
+
+def test_offset_matrix_is_a_rotation_composing_offsets():
+    m3, m4 = offset_matrix(3, 8, dtype=torch.float64), offset_matrix(4, 8, dtype=torch.float64)
+    assert_close(m3 @ m4, offset_matrix(7, 8, dtype=torch.float64))
+    assert_close(m3 @ m3.T, torch.eye(8, dtype=torch.float64))
+    assert_close(offset_matrix(-3, 8, dtype=torch.float64), m3.T)
+    off_blocks = torch.ones(8, 8, dtype=torch.bool)
+    for pair in range(4):
+        off_blocks[2 * pair:2 * pair + 2, 2 * pair:2 * pair + 2] = False
+    assert m3[off_blocks].eq(0).all()
 
 
 def test_token_and_position_embedding_scales_tokens_and_adds_positions(gen):

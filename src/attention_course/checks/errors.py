@@ -25,7 +25,8 @@ EVERY = frozenset()
 ANY_AXES = frozenset({"one_hot_embedding", "softmax", "attention_scores",
                       "scaled_dot_product_attention", "apply_mask", "masked_attention",
                       "cached_attention", "grouped_query_attention", "tiled_attention",
-                      "merge_attention"})
+                      "merge_attention", "attention_backward", "flash_backward",
+                      "flash_attention"})
 MHA = frozenset({"MultiHeadAttention"})
 ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention",
                        "masked_attention"}) | MHA
@@ -80,6 +81,18 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "Tiled attention never holds every query's scores against every key: take the "
                "keys and values block_size at a time, compute that block's scores only, and "
                "fold them into the running max, sum and output of each query."),
+    KnownError(frozenset({"flash_backward", "flash_attention"}), r"^NotTiled: ",
+               "the whole (T, S) matrix computed at once",
+               "FlashAttention never holds every query's scores, weights or their gradients "
+               "against every key: take the keys and values block_size at a time and compute "
+               "that tile's scores, P and dS only, adding each tile's share to the gradients."),
+    KnownError(frozenset({"flash_attention"}),
+               r"returned an incorrect number of gradients \(expected (?P<expected>\d+), "
+               r"got (?P<got>\d+)\)",
+               "backward returns fewer gradients than forward has inputs",
+               "backward returns one gradient per input of forward, in the same order: "
+               "{expected} here, not {got}. The inputs that are not tensors to differentiate "
+               "(is_causal, scale, block_size) get None."),
     KnownError(frozenset({"merge_attention"}), BROADCAST,
                "shares of shape (..., T) multiplied with outputs of shape (..., T, Dv)",
                "A logsumexp has one number per query, (..., T); an output has a row per query, "
@@ -136,6 +149,13 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "one angle per dimension instead of one per pair",
                "pe[:, 0::2] and pe[:, 1::2] each hold C / 2 columns: compute one angle per pair "
                "i (C / 2 of them), shared by the sine and the cosine of that pair."),
+    KnownError(frozenset({"offset_matrix"}),
+               r"The expanded size of the tensor \(\d+\) must match the existing size|shape "
+               r"mismatch: value tensor of shape",
+               "one angle per dimension instead of one per pair",
+               "The matrix has C / 2 blocks of 2x2, one per pair i of the encoding: compute C / 2 "
+               "angles, k times each pair's frequency, and use each one in its block's four "
+               "entries."),
     KnownError(EVERY, r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b "
                       r"\((?P<b>\d+)\) at non-singleton dimension (?P<axis>\d+)",
                "two tensors whose axes do not line up",

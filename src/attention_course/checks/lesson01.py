@@ -1,5 +1,5 @@
-"""Checks for lesson 01_embeddings: one-hot embedding, sinusoidal positional encoding,
-token + position embedding."""
+"""Checks for lesson 01_embeddings: one-hot embedding, sinusoidal positional encoding, the
+matrix that moves an encoding by an offset, token + position embedding."""
 
 import torch
 
@@ -93,6 +93,79 @@ def check_sinusoidal_positional_encoding(fn, seed: int = 0) -> None:
         Case("a single position", (1, 4)),
     ]
     run_check(SINUSOIDAL_POSITIONAL_ENCODING, fn, cases)
+
+
+# ---------------------------------------------------------------- moving by an offset
+
+def offset_variant(k, d_model, *, block="rotation", pairs="adjacent", exponent="2i",
+                   inverted=False, frequency=True):
+    """The offset matrix with one of the known slips: the rotation transposed (it moves by -k)
+    or with sin and cos swapped, the blocks on dimensions i and i + C/2, the frequencies of
+    the encoding's known slips, or the angle k in every pair."""
+    half = d_model // 2
+    i = torch.arange(half, dtype=torch.float64)
+    power = {"2i": 2 * i, "i": i}[exponent] / d_model
+    angle = k * 10000.0 ** power if inverted else k / 10000.0 ** power  # (C/2,)
+    if not frequency:
+        angle = torch.full_like(i, float(k))
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    if block == "transposed":
+        sin = -sin
+    if block == "swapped":
+        cos, sin = sin, cos
+    first = 2 * i.long() if pairs == "adjacent" else i.long()  # sin's dimension of pair i
+    second = first + 1 if pairs == "adjacent" else first + half  # cos's dimension of pair i
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    m[first, first], m[second, second] = cos, cos
+    m[first, second], m[second, first] = -sin, sin
+    return m.float()
+
+
+OFFSET_MATRIX = Exercise(
+    name="offset_matrix",
+    reference=embeddings.offset_matrix,
+    inputs=("k", "d_model"),
+    outputs=(("M", "(C, C): PE[t + k] = PE[t] @ M"),),
+    variant=offset_variant,
+    mistakes=(
+        Mistake("rotation transposed: it moves the encoding k places back",
+                "PE[t] @ M is a row times M: the new dimension 2i is PE[t, 2i] M[2i, 2i] + "
+                "PE[t, 2i + 1] M[2i + 1, 2i]. Expand sin(a + b) and cos(a + b) and read off "
+                "which entry of each block holds +sin and which -sin.",
+                {"block": "transposed"}),
+        Mistake("sin and cos swapped in the blocks",
+                "At k = 0 nothing moves, so M must be the identity: cos(k w_i) goes on the "
+                "diagonal, sin(k w_i) off it.", {"block": "swapped"}),
+        Mistake("blocks on dimensions i and i + C/2 instead of 2i and 2i + 1",
+                "This lesson's encoding interleaves its pairs: the sine of pair i sits in "
+                "dimension 2i and its cosine in 2i + 1, so each 2x2 block sits on the diagonal, "
+                "on rows and columns 2i and 2i + 1.", {"pairs": "halves"}),
+        Mistake("angle uses the exponent i instead of 2i",
+                "Pair i turns at the encoding's frequency w_i = 1 / 10000^(2i / C): the same "
+                "exponent as in sinusoidal_positional_encoding.", {"exponent": "i"}),
+        Mistake("frequency inverted (k * 10000^(2i/C))",
+                "The angle of pair i is k / 10000^(2i / C): high pairs turn slowly.",
+                {"inverted": True}),
+        Mistake("the same angle k in every pair",
+                "Every pair turns by its own angle, the offset times its frequency: k w_i with "
+                "w_i = 1 / 10000^(2i / C).", {"frequency": False}),
+    ),
+    forbidden=forbid([embeddings.offset_matrix]),
+)
+
+
+def check_offset_matrix(fn, seed: int = 0) -> None:
+    """Check offset_matrix(k, d_model) -> (C, C). Lesson: 01_embeddings"""
+    g = seeded(seed)
+    k = int(torch.randint(2, 9, (1,), generator=g))
+    cases = [
+        Case(f"offset k = {k}, C = 8", (k, 8)),
+        Case("offset k = 1, C = 16", (1, 16)),
+        Case("offset k = 0: nothing moves", (0, 6)),
+        Case(f"a negative offset, k = -{k + 1}, C = 8", (-(k + 1), 8)),
+        Case("a long offset, k = 40, C = 12", (40, 12)),
+    ]
+    run_check(OFFSET_MATRIX, fn, cases)
 
 
 # ---------------------------------------------------------------- token + position

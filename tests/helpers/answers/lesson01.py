@@ -47,6 +47,36 @@ def positions_by_where(seq_len, d_model):
     return torch.where(j % 2 == 0, torch.sin(angles), torch.cos(angles)).float()
 
 
+def offset_by_filling_the_blocks(k, d_model):
+    i = torch.arange(0, d_model, 2)  # 2i
+    angle = k / 10000 ** (i / d_model)
+    m = torch.zeros(d_model, d_model)
+    m[i, i], m[i + 1, i + 1] = torch.cos(angle), torch.cos(angle)
+    m[i + 1, i], m[i, i + 1] = torch.sin(angle), -torch.sin(angle)
+    return m
+
+
+def offset_by_block_diag(k, d_model):
+    blocks = []
+    for pair in range(d_model // 2):
+        a = k / 10000 ** (2 * pair / d_model)
+        blocks.append(torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]]))
+    return torch.block_diag(*blocks)
+
+
+def offset_from_two_encodings(k, d_model):
+    """Solved from the property itself, exactly: for pair i, [PE[0]; PE[1]] @ block equals
+    [PE[k]; PE[k + 1]] restricted to the pair, a 2x2 linear system per pair."""
+    t = torch.tensor([0.0, 1.0], dtype=torch.float64)[:, None]
+    w = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for pair, omega in enumerate(w):
+        before = torch.cat([torch.sin(t * omega), torch.cos(t * omega)], dim=1)  # (2, 2)
+        after = torch.cat([torch.sin((t + k) * omega), torch.cos((t + k) * omega)], dim=1)
+        m[2 * pair:2 * pair + 2, 2 * pair:2 * pair + 2] = torch.linalg.solve(before, after)
+    return m.to(torch.float32)
+
+
 def embed_by_indexing(token_ids, weight, pe):
     T, C = token_ids.shape[-1], weight.shape[-1]
     return weight[token_ids] * math.sqrt(C) + pe[:T]
@@ -68,12 +98,15 @@ CORRECT = {
     "one_hot_embedding": [one_hot_by_indexing, one_hot_by_einsum, one_hot_by_index_select],
     "sinusoidal_positional_encoding": [positions_by_loops, positions_by_stacking,
                                        positions_by_where],
+    "offset_matrix": [offset_by_filling_the_blocks, offset_by_block_diag,
+                      offset_from_two_encodings],
     "token_and_position_embedding": [embed_by_indexing, embed_by_einsum, embed_in_float64],
 }
 # the reference each check compares with, which the student must not call
 REFERENCES = {
     "one_hot_embedding": embeddings.one_hot_embedding,
     "sinusoidal_positional_encoding": embeddings.sinusoidal_positional_encoding,
+    "offset_matrix": embeddings.offset_matrix,
     "token_and_position_embedding": embeddings.token_and_position_embedding,
 }
 
@@ -107,6 +140,38 @@ def positions_with_i(seq_len, d_model):
     return pe
 
 
+def offset_moving_back(k, d_model):
+    i = torch.arange(0, d_model, 2)
+    angle = k / 10000 ** (i / d_model)
+    m = torch.zeros(d_model, d_model)
+    m[i, i], m[i + 1, i + 1] = torch.cos(angle), torch.cos(angle)
+    m[i, i + 1], m[i + 1, i] = torch.sin(angle), -torch.sin(angle)  # the rotation by -k
+    return m
+
+
+def offset_on_the_halves(k, d_model):
+    half = d_model // 2
+    angle = k / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    m = torch.zeros(d_model, d_model)
+    for i in range(half):
+        m[i, i] = m[i + half, i + half] = math.cos(angle[i])
+        m[i + half, i], m[i, i + half] = math.sin(angle[i]), -math.sin(angle[i])
+    return m
+
+
+def offset_turning_every_pair_by_k(k, d_model):
+    c, s = math.cos(k), math.sin(k)
+    return torch.block_diag(*[torch.tensor([[c, -s], [s, c]])] * (d_model // 2))
+
+
+def offset_with_sin_on_the_diagonal(k, d_model):
+    blocks = []
+    for pair in range(d_model // 2):
+        a = k / 10000 ** (2 * pair / d_model)
+        blocks.append(torch.tensor([[math.sin(a), -math.cos(a)], [math.cos(a), math.sin(a)]]))
+    return torch.block_diag(*blocks)
+
+
 def embedding_without_sqrt(token_ids, weight, pe):
     return weight[token_ids] + pe[: token_ids.shape[1]]
 
@@ -115,6 +180,12 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     positions_swapped: ("sinusoidal_positional_encoding", ["sin and cos swapped"]),
     positions_with_i: ("sinusoidal_positional_encoding",
                        ["positional exponent uses i instead of 2i"]),
+    offset_moving_back: ("offset_matrix",
+                         ["rotation transposed: it moves the encoding k places back"]),
+    offset_on_the_halves: ("offset_matrix",
+                           ["blocks on dimensions i and i + C/2 instead of 2i and 2i + 1"]),
+    offset_turning_every_pair_by_k: ("offset_matrix", ["the same angle k in every pair"]),
+    offset_with_sin_on_the_diagonal: ("offset_matrix", ["sin and cos swapped in the blocks"]),
     embedding_without_sqrt: ("token_and_position_embedding",
                              ["embedding not scaled by sqrt(d_model)"]),
 }
@@ -138,6 +209,13 @@ def positions_with_an_angle_per_dimension(seq_len, d_model):
     return pe
 
 
+def offset_with_one_angle_per_dimension(k, d_model):
+    angle = k / 10000 ** (torch.arange(d_model) / d_model)  # (C,), not one per pair
+    m = torch.zeros(d_model, d_model)
+    m[0::2, 0::2] = torch.diag(torch.cos(angle))
+    return m
+
+
 def embedding_with_positions_for_the_batch(token_ids, weight, pe):
     return weight[token_ids] * math.sqrt(weight.shape[1]) + pe[: token_ids.shape[0]]
 
@@ -154,6 +232,8 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
      "one-hot width taken from the ids instead of the vocabulary"),
     ("one_hot_embedding", one_hot_in_float32, "float32 tensor mixed with float64 inputs"),
     ("sinusoidal_positional_encoding", positions_with_an_angle_per_dimension,
+     "one angle per dimension instead of one per pair"),
+    ("offset_matrix", offset_with_one_angle_per_dimension,
      "one angle per dimension instead of one per pair"),
     ("token_and_position_embedding", embedding_with_positions_for_the_batch,
      "positional rows that do not line up with the tokens"),
