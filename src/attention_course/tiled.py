@@ -7,8 +7,9 @@ memory that grows like T * S. Tiled attention reads the keys and values one bloc
 and keeps, for every query, three running quantities: the largest score so far ``m``, the sum
 of exp(score - m) so far ``l``, and the sum of exp(score - m) * value so far ``acc``. When a
 block brings a larger score, what was accumulated is rescaled by exp(m_old - m_new); at the
-end ``acc / l`` is the softmax-weighted sum of the values, exactly. Only a (T, block) slice of
-scores ever exists.
+end ``acc / l`` is the softmax-weighted sum of the values, exactly, and ``m + log l`` is each
+query's logsumexp, all that ``merge_attention`` needs to combine it with attention over other
+keys. Only a (T, block) slice of scores ever exists.
 """
 
 import weakref
@@ -22,8 +23,9 @@ from .attention import check_key_value, check_query_key, compute_dtype
 
 
 def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
-                    scale: float | None = None, block_size: int = 64) -> Tensor:
-    """softmax(Q K^T * scale) V, one block of keys at a time, without the (T, S) weights.
+                    scale: float | None = None, block_size: int = 64) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T * scale) V and each query's logsumexp, one block of keys at a time,
+    without the (T, S) weights.
 
     Args:
         query: (B, H, T, D) queries (any leading dims that broadcast).
@@ -35,9 +37,13 @@ def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
         scale: factor for the scores; None means 1/sqrt(D).
         block_size: how many keys each step reads.
     Returns:
-        (B, H, T, Dv) the same output as attention computed in one piece, up to rounding, in
-        the dtype of ``query``; 0 where there are no keys (S = 0), as in PyTorch. The running
-        statistics of 16-bit inputs are float32, as in FlashAttention.
+        out: (B, H, T, Dv) the same output as attention computed in one piece, up to rounding,
+            in the dtype of ``query``; 0 where there are no keys (S = 0), as in PyTorch.
+        lse: (B, H, T) each query's logsumexp of its (scaled, masked) scores, m + log l, the
+            natural logarithm of the sum of their exponentials; -inf for a query with no key
+            (S = 0). In float32 for 16-bit inputs (as FlashAttention keeps it, and as
+            ``merge_attention`` takes it), else in the dtype of ``query``. The running
+            statistics of 16-bit inputs are float32 too.
     Lesson: 07_inference_and_scale
     """
     check_query_key(query, key)
@@ -66,11 +72,12 @@ def tiled_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
         acc = acc * rescale + p @ v  # (B,H,T,b) @ (B,H,b,Dv) -> (B,H,T,Dv)
         m = m_new
     out = acc / l if S > 0 else acc  # no keys: l = 0, and the output is 0
-    return out.to(dtype)
+    lse = (m + torch.log(l)).squeeze(-1)  # (B, H, T) log sum exp(score); no keys: -inf
+    return out.to(dtype), lse
 
 
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
-                    scale: float | None = None, block_size: int = 64) -> Tensor:
+                    scale: float | None = None, block_size: int = 64) -> tuple[Tensor, Tensor]:
     """``tiled_attention`` on one block of queries at a time, as FlashAttention does.
 
     Then only a (block, block) slice of scores and a (block, Dv) accumulator exist at once.
@@ -80,13 +87,15 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     Lesson: 07_inference_and_scale
     """
     T, S = query.shape[-2], key.shape[-2]
-    blocks = []
+    outs, lses = [], []
     for start in range(0, max(T, 1), block_size):  # T = 0: one empty block, for torch.cat
         q = query[..., start:start + block_size, :]  # (B, H, b, D)
         end = S - T + start + q.shape[-2] if is_causal else S  # keys this block may see
-        blocks.append(tiled_attention(q, key[..., :end, :], value[..., :end, :], is_causal,
-                                      scale, block_size))
-    return torch.cat(blocks, dim=-2)  # (B, H, T, Dv)
+        out, lse = tiled_attention(q, key[..., :end, :], value[..., :end, :], is_causal, scale,
+                                   block_size)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)  # (B, H, T, Dv), (B, H, T)
 
 
 # ---------------------------------------------------------------- merging partial attentions

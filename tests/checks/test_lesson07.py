@@ -40,6 +40,8 @@ def test_attention_in_one_piece_is_stopped_but_a_whole_mask_or_a_padded_input_is
 
 
 def _masked_blocks(query, key, value, hidden, scale, block_size):
+    dtype, wide = query.dtype, torch.promote_types(query.dtype, torch.float32)
+    query, key, value = query.to(wide), key.to(wide), value.to(wide)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     m, l, acc = torch.full_like(query[..., :1], NEG_INF), 0.0, 0.0
     for start in range(0, key.shape[-2], block_size):
@@ -50,7 +52,7 @@ def _masked_blocks(query, key, value, hidden, scale, block_size):
         l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
         acc = acc * torch.exp(m - m_new) + p @ value[..., start:start + block_size, :]
         m = m_new
-    return acc / l
+    return (acc / l).to(dtype), (m + torch.log(l)).squeeze(-1)
 
 
 def untiled(query, key, value, is_causal=False, scale=None, block_size=64):
@@ -59,7 +61,7 @@ def untiled(query, key, value, is_causal=False, scale=None, block_size=64):
     scores = query @ key.transpose(-2, -1) * (scale or query.shape[-1] ** -0.5)
     if mask is not None:
         scores = scores.masked_fill(~mask, NEG_INF)
-    return scores.softmax(-1) @ value
+    return scores.softmax(-1) @ value, scores.logsumexp(-1)
 
 
 # ---------------------------------------------------------------- the harness
@@ -100,7 +102,7 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_
             T, S = scores.shape[-2:]
             scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T),
                                         float("-inf"))
-        return torch.softmax(scores, dim=-1) @ value
+        return torch.softmax(scores, dim=-1) @ value, torch.logsumexp(scores, dim=-1)
         """
     by_torch = """
         return F.scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale,

@@ -81,7 +81,7 @@ def online_attention(query, key, value, is_causal, scale, block_size, first_max)
         l = l * torch.exp(m - m_new) + p.sum(dim=-1, keepdim=True)
         out = out * torch.exp(m - m_new) + p @ v
         m = m_new
-    return out / l
+    return out / l, (m + torch.log(l)).squeeze(-1)
 
 
 def tiled_max_from_zero(query, key, value, is_causal=False, scale=None, block_size=64):
@@ -97,9 +97,9 @@ def tiled_scale_or_default(query, key, value, is_causal=False, scale=None, block
 def tiled_in_float64(query, key, value, is_causal=False, scale=None, block_size=64):
     """Correct: the running statistics in float64 whatever the inputs are."""
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    out = online_attention(query.double(), key.double(), value.double(), is_causal, scale,
-                           block_size, first_max=NEG_INF)
-    return out.to(query.dtype)
+    out, lse = online_attention(query.double(), key.double(), value.double(), is_causal, scale,
+                                block_size, first_max=NEG_INF)
+    return out.to(query.dtype), lse.to(torch.promote_types(query.dtype, torch.float32))
 
 
 def softmax_shifted_when_positive(x, dim=-1):

@@ -132,7 +132,7 @@ def tiled_case(tiling, is_causal=False):
     def case(dtype, seed):
         (q, k, v), exact_qkv = inputs(dtype, seed, (B, H, T, D), (B, H, S, D), (B, H, S, D))
         mask = bottom_right(T, S) if is_causal else None
-        return (tiling(q, k, v, is_causal, block_size=16),
+        return (tiling(q, k, v, is_causal, block_size=16)[0],
                 F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
                 F.scaled_dot_product_attention(*exact_qkv, attn_mask=mask))
     return case

@@ -17,15 +17,21 @@ def test_tiled_attention_is_attention_in_one_piece(T, S, block_size, is_causal):
     q, k, v = qkv(2, 3, T, 4, S=S, Dv=6)
     mask = bottom_right(T, S) if is_causal else None
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    hidden = ~bottom_right(T, S) if is_causal else torch.zeros(T, S, dtype=torch.bool)
+    scores = (q @ k.transpose(-2, -1) * 0.5).masked_fill(hidden, float("-inf"))
     for tiling in (tiled.tiled_attention, tiled.flash_attention):
-        assert torch.allclose(tiling(q, k, v, is_causal, block_size=block_size), expected)
+        out, lse = tiling(q, k, v, is_causal, block_size=block_size)
+        assert torch.allclose(out, expected)
+        assert lse.shape == (2, 3, T) and torch.allclose(lse, torch.logsumexp(scores, dim=-1))
 
 
 def test_tiled_attention_takes_an_explicit_scale_and_huge_scores():
     q, k, v = qkv(2, 3, 9, 4, dtype=torch.float32)
     expected = F.scaled_dot_product_attention(1000 * q, k, v, scale=0.5)
-    out = tiled.tiled_attention(1000 * q, k, v, scale=0.5, block_size=2)
+    out, lse = tiled.tiled_attention(1000 * q, k, v, scale=0.5, block_size=2)
     assert out.isfinite().all() and torch.allclose(out, expected, atol=1e-5)
+    scores = 1000 * q @ k.transpose(-2, -1) * 0.5  # in the thousands: e^score overflows
+    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1))
 
 
 def test_tiled_attention_needs_as_many_keys_as_causal_queries():
@@ -61,10 +67,10 @@ def test_tiled_memory_grows_like_t_and_the_naive_one_like_t_squared():
         return attention.scaled_dot_product_attention(q, k, v, is_causal=True)[0]
 
     def tiling(q, k, v):
-        return tiled.tiled_attention(q, k, v, is_causal=True)
+        return tiled.tiled_attention(q, k, v, is_causal=True)[0]
 
     def in_query_blocks(q, k, v):
-        return tiled.flash_attention(q, k, v, is_causal=True)
+        return tiled.flash_attention(q, k, v, is_causal=True)[0]
 
     assert 3.5 < memory(naive, 512) / memory(naive, 256) < 4.5
     assert 1.8 < memory(tiling, 512) / memory(tiling, 256) < 2.2
@@ -83,21 +89,39 @@ def test_no_keys_give_zeros_and_no_queries_nothing_as_in_pytorch(T, S, is_causal
     k, v = k[..., :S, :], v[..., :S, :]  # (qkv reads S = 0 as S = T)
     mask = bottom_right(T, S) if is_causal else None
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
     for tiling in (tiled.tiled_attention, tiled.flash_attention):
-        out = tiling(q, k, v, is_causal, block_size=3)
+        out, lse = tiling(q, k, v, is_causal, block_size=3)
         assert out.shape == expected.shape == (2, 3, T, 6) and out.dtype == dtype
         assert torch.equal(out, expected)
+        assert lse.shape == (2, 3, T) and lse.dtype == wide
+        assert (lse == float("-inf")).all() if S == 0 else lse.isfinite().all()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_16_bit_tiles_keep_float32_statistics_and_round_once(dtype):
     """Running max, sum and accumulator in float32, as FlashAttention keeps them: the output is
-    the float32 tiled attention of the same inputs, rounded to 16 bits once."""
+    the float32 tiled attention of the same inputs, rounded to 16 bits once; the logsumexp
+    stays float32, as merge_attention takes it."""
     q, k, v = (x.to(dtype) for x in qkv(2, 3, 9, 4, S=20))
     for tiling in (tiled.tiled_attention, tiled.flash_attention):
-        out = tiling(q, k, v, block_size=4)
-        assert out.dtype == dtype
-        assert torch.equal(out, tiling(q.float(), k.float(), v.float(), block_size=4).to(dtype))
+        out, lse = tiling(q, k, v, block_size=4)
+        wide_out, wide_lse = tiling(q.float(), k.float(), v.float(), block_size=4)
+        assert out.dtype == dtype and lse.dtype == torch.float32
+        assert torch.equal(out, wide_out.to(dtype)) and torch.equal(lse, wide_lse)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_merging_two_tiled_parts_is_tiled_attention_over_their_union(dtype):
+    """tiled_attention's (out, lse) are what merge_attention takes, 16-bit outputs included."""
+    q, k, v = (x.to(dtype) for x in qkv(2, 3, 5, 4, S=12))
+    out, lse = tiled.merge_attention(*tiled.tiled_attention(q, k[..., :5, :], v[..., :5, :]),
+                                     *tiled.tiled_attention(q, k[..., 5:, :], v[..., 5:, :]))
+    whole_out, whole_lse = tiled.tiled_attention(q, k, v, block_size=5)
+    assert out.dtype == dtype and lse.dtype == whole_lse.dtype
+    rounded_twice = {"rtol": 1e-2, "atol": 1e-3} if dtype == torch.bfloat16 else {}  # one ulp
+    torch.testing.assert_close(out, whole_out, **rounded_twice)
+    torch.testing.assert_close(lse, whole_lse)
 
 
 def test_query_key_value_that_do_not_fit_are_named():

@@ -5,7 +5,7 @@ import torch
 
 from .. import attention, inference, tiled
 from ..attention import compute_dtype
-from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
+from .framework import Case, Exercise, Harnessed, Mistake, matches, randn, run_check, seeded
 from .lesson02 import (
     ATTENTION_BUILTINS,
     ATTENTION_OUTPUTS,
@@ -203,10 +203,13 @@ def check_grouped_query_attention(fn, seed: int = 0) -> None:
 def tiled_variant(query, key, value, is_causal=False, scale=None, block_size=64, *,
                   rescale_output=True, rescale_normaliser=True, divide=True,
                   positions="absolute", drop_last=False, shift="running", scale_rule="sqrt",
-                  honour_scale=True):
+                  honour_scale=True, lse="m_plus_log_l"):
     """Tiled attention with one of the known slips in its online softmax, its causal mask, its
-    loop over the blocks or its scale."""
+    loop over the blocks, its scale or its logsumexp; the arithmetic is float32 for 16-bit
+    inputs, as the reference's."""
     T, S = query.shape[-2], key.shape[-2]
+    dtype = query.dtype
+    query, key, value = (x.to(compute_dtype(dtype)) for x in (query, key, value))
     factor = scale_factor(scale, query.shape[-1], scale_rule, honour_scale)
     m = torch.full_like(query[..., :1], 0.0 if shift == "from_zero" else NEG_INF)
     l = torch.zeros_like(m)
@@ -230,7 +233,25 @@ def tiled_variant(query, key, value, is_causal=False, scale=None, block_size=64,
         l = (l * rescale if rescale_normaliser else l) + p.sum(dim=-1, keepdim=True)
         acc = (acc * rescale if rescale_output else acc) + p @ v
         m = m_new
-    return acc / l if divide else acc
+        last = m_new + torch.log(p.sum(dim=-1, keepdim=True))  # the last block's own
+    out = acc / l if divide else acc
+    lse = {"m_plus_log_l": m + torch.log(l), "log_l": torch.log(l), "m": m,
+           "log2": m + torch.log2(l), "last_block": last}[lse]
+    return out.to(dtype), lse.squeeze(-1)
+
+
+def lse_in_16_bits(got, expected) -> bool:
+    """The logsumexp returned in the 16-bit dtype of the inputs, where float32 is expected,
+    with the right output."""
+    return (got[1].dtype in (torch.float16, torch.bfloat16)
+            and expected[1].dtype == torch.float32 and matches(got[0], expected[0]))
+
+
+def all_in_16_bits(got, expected) -> bool:
+    """The output wrong and the logsumexp in 16 bits: the running statistics kept in the
+    16-bit dtype of the inputs."""
+    return (got[1].dtype in (torch.float16, torch.bfloat16)
+            and expected[1].dtype == torch.float32 and not matches(got[0], expected[0]))
 
 
 TILED_MISTAKES = (
@@ -267,13 +288,38 @@ TILED_MISTAKES = (
             "When block_size does not divide S, the last block is shorter: the loop must still "
             "reach it (slicing past the end of a tensor just stops at the end).",
             {"drop_last": True}),
+    Mistake("logsumexp without the running max (log l alone)",
+            "l sums exp(score - m): it was divided by e^m, so log l is the logsumexp minus m. "
+            "Add the running max back: L = m + log l.", {"lse": "log_l"}),
+    Mistake("logsumexp is the running max alone (the log of the sum left out)",
+            "m is only the largest score; the logsumexp log(sum_s e^score_s) = m + log l is "
+            "larger by log l, which counts how many keys score near the top.", {"lse": "m"}),
+    Mistake("logsumexp in base 2 (log2 of the sum)",
+            "The logsumexp is a natural logarithm, L = m + ln l, as torch.logsumexp and "
+            "merge_attention's e^(L_a - L) read it: torch.log, not torch.log2.",
+            {"lse": "log2"}),
+    Mistake("logsumexp of the last block only",
+            "The logsumexp covers every key a query sees: take it after the loop, from the "
+            "running max and running sum over all the blocks, not from one block's scores.",
+            {"lse": "last_block"}),
+    Mistake("logsumexp rounded to 16 bits",
+            "A bfloat16 number near 30 is a multiple of 0.125, and e^(L_a - L) of rounded "
+            "logsumexps is off by several percent when two parts are merged. For 16-bit "
+            "inputs return the logsumexp in float32 (the dtype your running statistics are "
+            "in); round only the output to the inputs' dtype.", sign=lse_in_16_bits),
+    Mistake("16-bit arithmetic: the running statistics kept in the inputs' dtype",
+            "Every block rescales the running sum and output once more, and in bfloat16 (8 "
+            "significant bits) each step rounds them by up to 0.4%. For 16-bit inputs compute "
+            "in float32 (FlashAttention does too), return the logsumexp in float32, and round "
+            "the output to the inputs' dtype once, at the end.", sign=all_in_16_bits),
 ) + SCALE_MISTAKES + (IGNORES_SCALE, ZERO_SCALE_AS_NONE)
 
 TILED_ATTENTION = Exercise(
     name="tiled_attention",
     reference=tiled.tiled_attention,
     inputs=("query", "key", "value"),
-    outputs=(("out", "(B, H, T, Dv)"),),
+    outputs=(("out", "(B, H, T, Dv)"),
+             ("lse", "(B, H, T): each query's logsumexp, float32 for 16-bit inputs")),
     variant=tiled_variant,
     mistakes=TILED_MISTAKES,
     forbidden=forbid((tiled.tiled_attention, tiled.flash_attention,
@@ -284,8 +330,8 @@ TILED_ATTENTION = Exercise(
 
 def check_tiled_attention(fn, seed: int = 0) -> None:
     """Check tiled_attention(query, key, value, is_causal=False, scale=None, block_size=64)
-    -> out. Besides the output, no tensor as large as every query against every key may be
-    created along the way. Lesson: 07_inference_and_scale"""
+    -> (out, lse). Besides the outputs, no tensor as large as every query against every key may
+    be created along the way. Lesson: 07_inference_and_scale"""
     g = seeded(seed)
 
     def inputs(*batch, T, S, D=4, Dv=5, dtype=torch.float32, spread=1.0):
@@ -318,6 +364,10 @@ def check_tiled_attention(fn, seed: int = 0) -> None:
              {"scale": 0.0, "block_size": 3}),
         Case("block_size = 16, larger than S = 7: a single block", inputs(2, 3, T=5, S=7),
              {"block_size": 16}),
+        Case("bfloat16 inputs, scores about 16 times larger, blocks of 3: the output in "
+             "bfloat16, the logsumexp in float32", inputs(2, 3, T=5, S=9, spread=2.0,
+                                                          dtype=torch.bfloat16),
+             {"block_size": 3}),
         Case("one sequence without batch dims, (T, D) and (S, D), blocks of 3",
              inputs(T=5, S=7), {"is_causal": True, "block_size": 3}),
     ]

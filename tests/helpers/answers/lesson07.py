@@ -89,7 +89,10 @@ def gqa_by_indexing_heads(query, key, value, is_causal=False, scale=None):
 # ---------------------------------------------------------------- tiled attention
 
 def tiled_by_running_max(query, key, value, is_causal=False, scale=None, block_size=64):
-    T, S = query.shape[-2], key.shape[-2]
+    """The first block starts the running statistics; 16-bit inputs widened to float32 first."""
+    T, S, dtype = query.shape[-2], key.shape[-2], query.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        query, key, value = query.float(), key.float(), value.float()
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     m = l = acc = None
     for start in range(0, S, block_size):
@@ -111,12 +114,14 @@ def tiled_by_running_max(query, key, value, is_causal=False, scale=None, block_s
         l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
         acc = acc * torch.exp(m - m_new) + p @ v
         m = m_new
-    return acc / l
+    return (acc / l).to(dtype), (m + l.log()).squeeze(-1)
 
 
 def tiled_by_log_sum_exp(query, key, value, is_causal=False, scale=None, block_size=64):
-    """Keeps the output normalised after every block, and log(l) + m as one number."""
-    T, S = query.shape[-2], key.shape[-2]
+    """Keeps the output normalised after every block, and log(l) + m as one number; the
+    arithmetic in float64 for every input."""
+    T, S, dtype = query.shape[-2], key.shape[-2], query.dtype
+    query, key, value = query.double(), key.double(), value.double()
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     out = query.new_zeros(*batch, T, value.shape[-1])
@@ -131,16 +136,20 @@ def tiled_by_log_sum_exp(query, key, value, is_causal=False, scale=None, block_s
         new_lse = torch.logaddexp(lse, block_lse)
         out = out * torch.exp(lse - new_lse) + torch.exp(scores - new_lse) @ v
         lse = new_lse
-    return out
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return out.to(dtype), lse[..., 0].to(wide)
 
 
 def tiled_in_query_blocks(query, key, value, is_causal=False, scale=None, block_size=64):
     """FlashAttention-2's loops: query blocks outside, key blocks inside, results written into
     a preallocated output."""
-    T, S = query.shape[-2], key.shape[-2]
+    T, S, dtype = query.shape[-2], key.shape[-2], query.dtype
+    wide = torch.promote_types(dtype, torch.float32)
+    query, key, value = query.to(wide), key.to(wide), value.to(wide)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     out = query.new_empty(*batch, T, value.shape[-1])
+    lse = query.new_empty(*batch, T)
     for q0 in range(0, T, block_size):
         q = query[..., q0:q0 + block_size, :]
         n = q.shape[-2]
@@ -161,7 +170,8 @@ def tiled_in_query_blocks(query, key, value, is_causal=False, scale=None, block_
             acc = alpha * acc + p @ v
             m = m_new
         out[..., q0:q0 + n, :] = acc / l
-    return out
+        lse[..., q0:q0 + n] = (m + torch.log(l))[..., 0]
+    return out.to(dtype), lse
 
 
 # ---------------------------------------------------------------- merging partial attentions
@@ -232,14 +242,18 @@ def gqa_by_torch(query, key, value, is_causal=False, scale=None):
 
 def tiled_by_torch(query, key, value, is_causal=False, scale=None, block_size=64):
     T, S = query.shape[-2], key.shape[-2]
-    return F.scaled_dot_product_attention(query, key, value, scale=scale,
-                                          attn_mask=bottom_right(T, S) if is_causal else None)
+    mask = bottom_right(T, S) if is_causal else torch.ones(T, S, dtype=torch.bool)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    out = F.scaled_dot_product_attention(query, key, value, scale=scale, attn_mask=mask)
+    scores = (query.float() @ key.float().transpose(-2, -1) * scale).masked_fill(~mask, NEG_INF)
+    return out, torch.logsumexp(scores, dim=-1)
 
 
 def tiled_by_the_course(query, key, value, is_causal=False, scale=None, block_size=64):
     T, S = query.shape[-2], key.shape[-2]
     mask = bottom_right(T, S) if is_causal else None
-    return attention.scaled_dot_product_attention(query, key, value, mask, scale=scale)[0]
+    out, weights = attention.scaled_dot_product_attention(query, key, value, mask, scale=scale)
+    return out, torch.zeros_like(weights[..., 0])
 
 
 def tiled_in_query_blocks_of_the_reference(query, key, value, is_causal=False, scale=None,
@@ -344,7 +358,37 @@ def tiled_student(name, *, rescale_output=True, rescale_sum=True, divide=True,
             l = (l * alpha if rescale_sum else l) + p.sum(-1, keepdim=True)
             acc = (acc * alpha if rescale_output else acc) + p @ v
             m = m_new
-        return acc / l if divide else acc
+        return acc / l if divide else acc, (m + torch.log(l)).squeeze(-1)
+    tiled_attention.__name__ = name
+    return tiled_attention
+
+
+def tiled_lse_slip(name, slip):
+    """A student's tiled attention, right in its output (float32 arithmetic for 16-bit inputs),
+    whose logsumexp has one of the slips the lesson names."""
+    def tiled_attention(query, key, value, is_causal=False, scale=None, block_size=64):
+        T, S, dtype = query.shape[-2], key.shape[-2], query.dtype
+        wide = torch.float64 if dtype == torch.float64 else torch.float32
+        query, key, value = query.to(wide), key.to(wide), value.to(wide)
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        m = torch.full_like(query[..., :1], NEG_INF)
+        l, acc = torch.zeros_like(m), torch.zeros(*query.shape[:-1], value.shape[-1], dtype=wide)
+        for start in range(0, S, block_size):
+            k = key[..., start:start + block_size, :]
+            v = value[..., start:start + block_size, :]
+            scores = query @ k.transpose(-2, -1) * scale
+            if is_causal:
+                hidden = torch.arange(start, start + k.shape[-2]) > torch.arange(S - T, S)[:, None]
+                scores = scores.masked_fill(hidden, NEG_INF)
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p = torch.exp(scores - m_new)
+            l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+            acc = acc * torch.exp(m - m_new) + p @ v
+            m = m_new
+            block_lse = m_new + torch.log(p.sum(-1, keepdim=True))
+        lse = {"log_l": torch.log(l), "max_only": m, "log2": m + torch.log2(l),
+               "last_block": block_lse, "sixteen_bits": (m + torch.log(l)).to(dtype)}[slip]
+        return (acc / l).to(dtype), lse[..., 0]
     tiled_attention.__name__ = name
     return tiled_attention
 
@@ -408,6 +452,18 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
            ("top_left", True,
             "causal mask aligned top-left (queries placed at positions 0 .. T-1)"),
            ("full_blocks_only", True, "last, shorter block of keys left out")]},
+    **{tiled_lse_slip(f"tiled_lse_{slip}", slip): ("tiled_attention", [name])
+       for slip, name in [
+           ("log_l", "logsumexp without the running max (log l alone)"),
+           ("max_only", "logsumexp is the running max alone (the log of the sum left out)"),
+           ("log2", "logsumexp in base 2 (log2 of the sum)"),
+           ("last_block", "logsumexp of the last block only")]},
+}
+SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their answer}
+    ("tiled_attention", "logsumexp rounded to 16 bits"): {
+        "lse.to(query.dtype)": tiled_lse_slip("tiled_lse_in_16_bits", "sixteen_bits")},
+    ("tiled_attention", "16-bit arithmetic: the running statistics kept in the inputs' dtype"): {
+        "no float32": tiled_student("tiled_in_bfloat16")},
 }
 
 
@@ -459,7 +515,7 @@ def tiled_in_one_piece(query, key, value, is_causal=False, scale=None, block_siz
     if is_causal:
         scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(S - T) == 0,
                                     NEG_INF)
-    return torch.softmax(scores, dim=-1) @ value
+    return torch.softmax(scores, dim=-1) @ value, torch.logsumexp(scores, dim=-1)
 
 
 def tiled_over_queries(query, key, value, is_causal=False, scale=None, block_size=64):
@@ -467,7 +523,7 @@ def tiled_over_queries(query, key, value, is_causal=False, scale=None, block_siz
     against every key, with an ordinary softmax: no online softmax at all."""
     T, S = query.shape[-2], key.shape[-2]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    rows = []
+    rows, lses = [], []
     for start in range(0, T, block_size):
         q = query[..., start:start + block_size, :]
         scores = q @ key.transpose(-2, -1) * scale  # (..., b, S): every key at once
@@ -475,7 +531,8 @@ def tiled_over_queries(query, key, value, is_causal=False, scale=None, block_siz
             position = torch.arange(start, start + q.shape[-2])[:, None] + S - T
             scores = scores.masked_fill(torch.arange(S) > position, NEG_INF)
         rows.append(torch.softmax(scores, dim=-1) @ value)
-    return torch.cat(rows, dim=-2)
+        lses.append(torch.logsumexp(scores, dim=-1))
+    return torch.cat(rows, dim=-2), torch.cat(lses, dim=-1)
 
 
 def cached_on_the_heads(query, key, value, past_key=None, past_value=None):
