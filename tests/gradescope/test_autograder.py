@@ -78,7 +78,7 @@ def test_a_correct_notebook_scores_as_grade_within_768_mb(autograde, graded_by_g
     results, ran = autograde({NOTEBOOK: notebooks()["correct"]})
     check_results(results)
     expected = graded_by_grade["correct"]
-    assert results["score"] == expected.score == expected.max_score == 6
+    assert results["score"] == expected.score == expected.max_score == 8
     assert points(results) == {e.name: e.points for e in expected.exercises}
     assert results["output"] == f"Graded {NOTEBOOK}."
     assert {t["visibility"] for t in results["tests"]} == {"visible", "after_due_date"}
