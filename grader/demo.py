@@ -93,6 +93,14 @@ MISTAKES = {
         weights = torch.softmax(scores, dim=-1)
         return weights @ value, weights
         """, "fully masked rows give NaN"),
+    "packed_attention": ("""
+        B, L = len(lengths), int(lengths.max())
+        real = torch.arange(L) < lengths[:, None]
+        q, k, v = (x.new_zeros(B, L, x.shape[-1]).index_put((real,), x)
+                   for x in (query, key, value))
+        out, _ = masked_attention(q, k, v, is_causal=is_causal)
+        return out[real]
+        """, "pad keys not hidden (no padding mask, or one on the queries' axis)"),
     "to_mha_mask": ("""
         return attn_mask
         """, "bool mask not inverted"),
@@ -218,6 +226,55 @@ MISTAKES = {
     "merge_attention": ("""
         return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
         """, "outputs averaged instead of weighted"),
+    "attention_backward": ("""
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        weights = torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1)
+        dscores = weights * (dout @ value.transpose(-2, -1))
+        dq = dscores @ key * scale
+        dk = dscores.transpose(-2, -1) @ query * scale
+        return dq, dk, weights.transpose(-2, -1) @ dout
+        """, "the D term missing from the softmax's backward"),
+    "flash_backward": ("""
+        T, S = query.shape[-2], key.shape[-2]
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        dq, dks, dvs = 0, [], []
+        for k0 in range(0, S, block_size):
+            k, v = key[..., k0:k0 + block_size, :], value[..., k0:k0 + block_size, :]
+            p = torch.exp(query @ k.transpose(-2, -1) * scale - lse[..., None])
+            if is_causal:
+                hidden = torch.arange(k0, k0 + k.shape[-2]) > torch.arange(S - T, S)[:, None]
+                p = p.masked_fill(hidden, 0.0)
+            dp = dout @ v.transpose(-2, -1)
+            ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+            dq = dq + ds @ k * scale
+            dks.append(ds.transpose(-2, -1) @ query * scale)
+            dvs.append(p.transpose(-2, -1) @ dout)
+        return dq, torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
+        """, "D taken from each block's P and dP"),
+    "flash_attention": ("""
+        T, S = query.shape[-2], key.shape[-2]
+        factor = query.shape[-1] ** -0.5 if scale is None else scale
+        m = torch.full_like(query[..., :1], float("-inf"))
+        l, total = torch.zeros_like(m), torch.zeros_like(m)
+        acc = query.new_zeros(*query.shape[:-1], value.shape[-1])
+        for k0 in range(0, S, block_size):
+            k, v = key[..., k0:k0 + block_size, :], value[..., k0:k0 + block_size, :]
+            scores = query @ k.transpose(-2, -1) * factor
+            if is_causal:
+                hidden = torch.arange(k0, k0 + k.shape[-2]) > torch.arange(S - T, S)[:, None]
+                scores = scores.masked_fill(hidden, float("-inf"))
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+            p = torch.exp(scores - m_new)
+            l = l * torch.exp(m - m_new) + p.sum(dim=-1, keepdim=True)
+            acc = acc * torch.exp(m - m_new) + p @ v
+            total = total + torch.exp(scores).sum(dim=-1, keepdim=True)
+            m = m_new
+        out, lse = acc / l, torch.log(total)[..., 0]
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.settings = (is_causal, scale, block_size)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+        """, "logsumexp without the maximum"),
 }
 
 # Code a student adds in a new cell right after the imports.

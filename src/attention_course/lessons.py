@@ -91,11 +91,14 @@ LESSONS = (
                            "attention.scaled_dot_product_attention", difficulty=1, minutes=5))),
     Lesson(
         "03_masking", "masking", teaches=("masks",),
-        builds="causal and padding masks, applying a mask, masked attention, mask conventions",
+        builds="causal and padding masks, applying a mask, masked attention, attention over a "
+               "padded batch of sequences of different lengths, mask conventions",
         practice=(Practice("causal_mask", "masks.causal_mask", difficulty=1, minutes=10),
                   Practice("padding_mask", "masks.padding_mask", difficulty=2, minutes=10),
                   Practice("apply_mask", "masks.apply_mask", difficulty=2, minutes=10),
                   Practice("masked_attention", "attention.scaled_dot_product_attention",
+                           difficulty=3, minutes=20),
+                  Practice("packed_attention", "attention.packed_attention",
                            difficulty=3, minutes=20),
                   Practice("to_mha_mask", "masks.to_mha_mask", difficulty=1, minutes=5)),
         may_import=("attention.attention_scores", "attention.softmax")),
@@ -139,7 +142,8 @@ LESSONS = (
                   Practice("apply_rotary", "rope.apply_rotary", difficulty=2, minutes=15),
                   Practice("rotary_multi_head_attention", "rope.RotaryMultiHeadAttention",
                            difficulty=2, minutes=15)),
-        may_import=("attention", "masks", "embeddings", "multihead", "lengths")),
+        may_import=("attention", "masks", "embeddings", "multihead", "lengths",
+                    "training.AdamW")),
     Lesson(
         "07_inference_and_scale", "attention at inference and at scale",
         teaches=("inference", "tiled"),
@@ -155,6 +159,20 @@ LESSONS = (
                   Practice("merge_attention", "tiled.merge_attention", difficulty=2, minutes=15)),
         may_import=("attention", "masks", "inference.TinyDecoder", "inference.generate",
                     "inference.cache_bytes", "tiled.peak_memory")),
+    Lesson(
+        "08_flash_backward", "training with tiled attention: FlashAttention's backward pass",
+        teaches=("flash",),
+        builds="the gradients of attention by hand (dV, dP, D, dS, dQ, dK), the tiled backward "
+               "pass that recomputes the weights from the logsumexps and skips the blocks a "
+               "causal mask hides, a `torch.autograd.Function` saving Q, K, V, O and the "
+               "logsumexps only; its memory and time in training against autograd and PyTorch, "
+               "measured",
+        practice=(Practice("attention_backward", "flash.attention_backward",
+                           difficulty=2, minutes=20),
+                  Practice("flash_backward", "flash.flash_backward", difficulty=3, minutes=30),
+                  Practice("flash_attention", "flash.flash_attention", difficulty=3,
+                           minutes=25)),
+        may_import=("attention", "masks", "tiled.tiled_attention", "tiled.peak_memory")),
 )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from attention_course.checks.errors import KNOWN_ERRORS, explain_error
 from attention_course.checks.framework import CheckFailed
-from helpers.answers import RAISED_AS_NOT_IMPLEMENTED, REFERENCES, SLIPS
+from helpers.answers import GRADIENT_SLIPS, RAISED_AS_NOT_IMPLEMENTED, REFERENCES, SLIPS
 from helpers.checking import check_of, code_lines, failure
 
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")  # the .T slip
@@ -74,7 +74,7 @@ def cases_of(name: str) -> list:
 
 
 def test_every_known_error_has_a_slip():
-    named = {mistake for _, _, mistake in SLIPS + RAISED_AS_NOT_IMPLEMENTED}
+    named = {mistake for _, _, mistake in SLIPS + RAISED_AS_NOT_IMPLEMENTED + GRADIENT_SLIPS}
     assert {row.mistake for row in KNOWN_ERRORS} <= named
 
 

@@ -16,7 +16,8 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 # header line; a "Predict first" question). A lesson joins the list once its notebook follows it.
 LESSONS_WITH_STAGED_HINTS = ("01_embeddings", "02_scaled_dot_product", "03_masking",
                              "04_multi_head", "05_copy_task",
-                             "06_rotary_positions", "07_inference_and_scale")
+                             "06_rotary_positions", "07_inference_and_scale",
+                             "08_flash_backward")
 
 
 def lessons() -> list[str]:

@@ -134,6 +134,13 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "Something combined with the (B, H, T, S) scores has another length along the "
                "last axis, the keys'. Here T != S: a causal mask must be (T, S), not (T, T); and "
                "a sum or max over the keys drops that axis unless keepdim=True."),
+    KnownError(frozenset({"packed_attention"}),
+               r"The shape of the mask \[\d+, \d+\] at index 1 does not match the shape of the "
+               r"indexed tensor \[\d+, \d+, \d+, \d+\]",
+               "a (B, 1, 1, S) padding mask against scores with no head axis",
+               "The padded batch is (B, L, D), so its scores are (B, L, L): a (B, 1, 1, L) mask "
+               "broadcasts with them to (B, B, L, L), every sequence against every other's "
+               "mask. Give the mask the shape (B, 1, L), or give the batch a head axis."),
     KnownError(frozenset({"padding_mask"}), BROADCAST,
                "lengths compared with the positions without lining up their axes",
                "Comparing the (S,) positions with the (B,) lengths pairs up their only axes. To "

@@ -1,4 +1,4 @@
-"""Answers as students write them, one module per lesson (lesson01 ... lesson07): each lesson's
+"""Answers as students write them, one module per lesson (lesson01 ... lesson08): each lesson's
 correct answers, three styles or more per exercise, and its wrong answers written by hand,
 gathered here for every lesson so that the tests of the checks (and benchmarks/checks.py) run
 over all of them alike.
@@ -16,14 +16,25 @@ A lesson's module defines those of these tables it has answers for:
     MISTAKES                   {answer: (exercise, [the catalogued mistakes its check names])}
     SLIPS                      [(exercise, slip, the mistake explain_error names from its error)]
     RAISED_AS_NOT_IMPLEMENTED  slips as above, whose error torch raises as NotImplementedError
+    GRADIENT_SLIPS             slips as above, whose error is raised while the check computes
+                               the gradients (a custom backward pass)
 
 An answer written for one test stays beside that test, and so do the answers of
 checks/test_coverage.py, each wrong on one kind of input as that module describes them.
 """
 
-from helpers.answers import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07
+from helpers.answers import (
+    lesson01,
+    lesson02,
+    lesson03,
+    lesson04,
+    lesson05,
+    lesson06,
+    lesson07,
+    lesson08,
+)
 
-LESSONS = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07)
+LESSONS = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08)
 
 
 def gathered(name: str):
@@ -44,3 +55,4 @@ SIGN_EXAMPLES = gathered("SIGN_EXAMPLES")
 MISTAKES = gathered("MISTAKES")
 SLIPS = gathered("SLIPS")
 RAISED_AS_NOT_IMPLEMENTED = gathered("RAISED_AS_NOT_IMPLEMENTED")
+GRADIENT_SLIPS = gathered("GRADIENT_SLIPS")

@@ -1,0 +1,98 @@
+"""Lesson 08's checks beyond the tables of helpers/answers: a backward pass returning too few
+gradients is named although it fails while the gradients are computed; slow and memory-hungry
+answers that are right pass (the lesson measures them instead); the tiled checks hand the
+grader a harness it can name; and the grader gives full points to the instructor's answers and
+none to a tiled backward pass in one piece, and names the demo class's mistakes."""
+
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attention_course.checks.framework import SESSION, Harnessed, Target
+from attention_course.checks.student import harness
+from helpers.answers.lesson08 import (
+    GRADIENT_SLIPS,
+    flash_saving_the_weights,
+    tiled_backward_every_block,
+)
+from helpers.checking import check_of, failure, named_mistakes
+
+LESSON = "08_flash_backward"
+
+
+@pytest.mark.parametrize(("name", "slip", "mistake"), GRADIENT_SLIPS)
+def test_a_slip_raised_while_computing_gradients_is_named(name, slip, mistake):
+    message = failure(check_of(name), slip)
+    assert "while computing gradients" in message
+    assert named_mistakes(message) == [mistake], message
+
+
+@pytest.mark.parametrize(("name", "student"), [("flash_backward", tiled_backward_every_block),
+                                               ("flash_attention", flash_saving_the_weights)])
+def test_right_but_slow_or_memory_hungry_answers_pass(name, student, capsys):
+    """Computing the hidden tiles, or saving every tile's weights, gives the right gradients:
+    the lesson shows what they cost, the check does not fail them."""
+    check_of(name)(student)
+    assert capsys.readouterr().out.startswith("ok:")
+
+
+def test_the_tiled_checks_hand_the_grader_a_harness_it_can_name():
+    seen = []
+
+    class Recording:
+        def run(self, exercise, student, cases, reference, reference_parameters):
+            seen.append(student)
+
+    token = SESSION.set(Recording())
+    try:
+        for name in ("attention_backward", "flash_backward", "flash_attention"):
+            check_of(name)(Target(name))
+    finally:
+        SESSION.reset(token)
+    assert isinstance(seen[0], Target)
+    assert all(isinstance(s, Harnessed) and s.function is harness.WithinBlocks for s in seen[1:])
+
+
+@pytest.mark.slow
+def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_backward_in_one_piece():
+    from grader.course import read_lesson
+    from grader.demo import MISTAKES as DEMO_MISTAKES
+    from grader.demo import practice_names, student_notebook
+    from grader.grading.submissions import Submission
+    from grader.workspace import Workspace
+    from helpers.gradebook import grade_here
+
+    lesson = read_lesson(LESSON)
+    in_one_piece = """
+        T, S = query.shape[-2], key.shape[-2]
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        p = torch.exp(query @ key.transpose(-2, -1) * scale - lse[..., None])
+        if is_causal:
+            p = p.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T), 0.0)
+        ds = p * (dout @ value.transpose(-2, -1) - (dout * out).sum(-1, keepdim=True))
+        return ds @ key * scale, ds.transpose(-2, -1) @ query * scale, p.transpose(-2, -1) @ dout
+        """
+    everything = dict.fromkeys(practice_names(LESSON))  # the instructor's answers
+    students = {"correct": everything, "blank": {},
+                "one_piece": everything | {"flash_backward": in_one_piece},
+                **{f"demo-{name}": everything | {name: DEMO_MISTAKES[name][0]}
+                   for name in practice_names(LESSON)}}
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = Workspace(Path(scratch) / "workspace")
+        submissions = []
+        for student, answers in students.items():
+            folder = workspace.submitted / student / LESSON
+            folder.mkdir(parents=True)
+            nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
+            submissions.append(Submission(student, LESSON, folder))
+        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    assert results["correct"].score == lesson.max_score == 11
+    assert results["blank"].score == 0
+    tiles = {e.grade_id: e for e in results["one_piece"].exercises}["check_flash_backward"]
+    assert tiles.points == 0 and tiles.mistake == "the whole (T, S) matrix computed at once"
+    for name in practice_names(LESSON):  # the demo class's mistakes, one at a time, named
+        exercise = {e.grade_id: e for e in results[f"demo-{name}"].exercises}[f"check_{name}"]
+        assert exercise.points == 0 and DEMO_MISTAKES[name][1] in (exercise.mistake or ""), \
+            exercise.message
