@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .masks import apply_mask, causal_mask, combine_masks
+from .masks import apply_mask, causal_mask, combine_masks, padding_mask
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -118,6 +118,36 @@ def masked_attention(query: Tensor, key: Tensor, value: Tensor,
     """
     return scaled_dot_product_attention(query, key, value, attn_mask, is_causal=is_causal,
                                         scale=scale)
+
+
+def packed_attention(query: Tensor, key: Tensor, value: Tensor, lengths: Tensor,
+                     is_causal: bool = False) -> Tensor:
+    """Attention within each of B sequences of different lengths, stored end to end.
+
+    The rows of ``query``, ``key`` and ``value`` are the tokens of sequence 0, then those of
+    sequence 1, and so on (the "packed" layout of variable-length attention kernels). Each
+    sequence attends to its own keys only, as if it were attended alone: the sequences are
+    padded into one (B, L) batch, pad keys are hidden by a padding mask (combined with the
+    causal mask by AND when ``is_causal``), and the pad rows are dropped again.
+    Args:
+        query: (N, D), key: (N, D), value: (N, Dv), N = lengths.sum().
+        lengths: (B,) integer tensor, the length of each sequence (0 allowed).
+        is_causal: token t of a sequence sees that sequence's tokens 0..t only.
+    Returns:
+        (N, Dv) output, in the packed layout of ``query``.
+    Lesson: 03_masking
+    """
+    lengths = torch.as_tensor(lengths, device=query.device)
+    if lengths.ndim != 1 or int(lengths.sum()) != query.shape[0]:
+        raise ValueError(f"lengths must be (B,) and add up to N = {query.shape[0]} tokens, got "
+                         f"{lengths.tolist()}")
+    B, L = lengths.shape[0], int(lengths.max()) if lengths.numel() else 0
+    real = torch.arange(L, device=query.device) < lengths[:, None]  # (B, L) True at tokens
+    q, k, v = (x.new_zeros(B, L, x.shape[-1]).index_put((real,), x)  # (N, .) -> (B, L, .)
+               for x in (query, key, value))
+    keys = padding_mask(lengths, L)[:, 0]  # (B, 1, L): pad keys hidden from every query
+    out, _ = masked_attention(q, k, v, attn_mask=keys, is_causal=is_causal)  # (B, L, Dv)
+    return out[real]  # (B, L, Dv) -> (N, Dv): the pad rows dropped
 
 
 def check_query_key(query: Tensor, key: Tensor) -> None:

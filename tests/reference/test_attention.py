@@ -6,7 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.attention import attention_scores, scaled_dot_product_attention, softmax
+from attention_course.attention import (
+    attention_scores,
+    packed_attention,
+    scaled_dot_product_attention,
+    softmax,
+)
 from attention_course.masks import to_additive_mask
 from attention_course.multihead import MultiHeadAttention
 from helpers.oracles import assert_close, loop_attention
@@ -250,3 +255,25 @@ def test_16_bit_attention_is_float32_attention_rounded_once(gen, dtype):
     assert torch.equal(attention_scores(q, k), attention_scores(q.float(), k.float()).to(dtype))
     x = 4 * torch.randn(3, 5, 7, generator=gen)
     assert torch.equal(softmax(x.to(dtype)), softmax(x.to(dtype).float()).to(dtype))
+
+
+# ---------------------------------------------------------------- packed sequences
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("lengths", [[5, 2, 4], [3, 0, 6], [7], [4, 4]])
+def test_packed_attention_attends_each_sequence_alone(gen, lengths, is_causal):
+    N = sum(lengths)
+    q, k, v = (torch.randn(N, d, generator=gen, dtype=torch.float64) for d in (4, 4, 3))
+    out = packed_attention(q, k, v, torch.tensor(lengths), is_causal=is_causal)
+    alone = [F.scaled_dot_product_attention(*parts, is_causal=is_causal) for parts in zip(
+        *(x.split(lengths) for x in (q, k, v)), strict=True) if len(parts[0])]
+    assert_close(out, torch.cat(alone) if alone else torch.zeros(0, 3, dtype=torch.float64))
+
+
+def test_packed_attention_gradients_stay_within_each_sequence(gen):
+    q, k, v = (torch.randn(6, 4, generator=gen, requires_grad=True) for _ in range(3))
+    out = packed_attention(q, k, v, torch.tensor([2, 4]))
+    out[:2].sum().backward()  # the first sequence's rows only
+    assert k.grad[2:].eq(0).all() and v.grad[2:].eq(0).all() and k.grad[:2].abs().sum() > 0
+    with pytest.raises(ValueError, match="add up to"):
+        packed_attention(q, k, v, torch.tensor([2, 3]))

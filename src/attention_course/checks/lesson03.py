@@ -1,5 +1,6 @@
 """Checks for lesson 03_masking: causal and padding masks, applying masks, masked attention,
-converting to nn.MultiheadAttention's convention."""
+attention over packed sequences of different lengths, converting to nn.MultiheadAttention's
+convention."""
 
 import torch
 
@@ -329,6 +330,98 @@ def check_masked_attention(fn, seed: int = 0) -> None:
              attention_inputs(g, 2, 2, 3, 5, 7, 4, dv=6), {"is_causal": True}),
     ]
     run_check(MASKED_ATTENTION, fn, cases)
+
+
+# ---------------------------------------------------------------- packed sequences
+
+def _attend(query, key, value, allowed):
+    """Attention where ``allowed`` (bool, broadcasting to the scores) says which keys each
+    query sees; a query that sees none gets 0. Plain operations, so that the variant, used as
+    an answer, calls no attention the checks refuse."""
+    scores = (query @ key.transpose(-2, -1) * query.shape[-1] ** -0.5).masked_fill(
+        ~allowed, float("-inf"))
+    empty = scores.isneginf().all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    return weights @ value
+
+
+def packed_variant(query, key, value, lengths, is_causal=False, *, pads="hidden", causal=True,
+                   across=False, pad_rows=False):
+    """Packed attention with one of the known slips: pad keys visible, the causal mask lost,
+    the packed tokens attended as one sequence, the pad rows returned too."""
+    hide_future = is_causal and causal
+    if across:  # every token of every sequence in one attention
+        N = query.shape[0]
+        return _attend(query, key, value, masks.causal_mask(N) if hide_future
+                       else torch.ones(N, N, dtype=torch.bool))
+    B, L = lengths.shape[0], int(lengths.max())
+    real = torch.arange(L) < lengths[:, None]  # (B, L)
+    q, k, v = (x.new_zeros(B, L, x.shape[-1]).index_put((real,), x) for x in (query, key, value))
+    allowed = real[:, None, :] if pads == "hidden" else torch.ones(1, 1, L, dtype=torch.bool)
+    if hide_future:
+        allowed = allowed & masks.causal_mask(L)
+    out = _attend(q, k, v, allowed)  # (B, L, Dv)
+    return out.flatten(0, 1) if pad_rows else out[real]
+
+
+PACKED_ATTENTION = Exercise(
+    name="packed_attention",
+    reference=attention.packed_attention,
+    inputs=("query", "key", "value", "lengths"),
+    outputs=(("out", "(N, Dv): the packed rows of every sequence"),),
+    variant=packed_variant,
+    mistakes=(
+        Mistake("pad keys not hidden (no padding mask, or one on the queries' axis)",
+                "The real tokens of a short sequence see its pad keys too. Padding is about "
+                "keys: the mask hides key s of sequence b when s >= lengths[b], for every query. "
+                "Hiding pad queries instead changes only the pad rows, which are dropped.",
+                {"pads": "visible"}),
+        Mistake("causal mask lost (is_causal ignored, or combined with the padding mask by OR)",
+                "With is_causal, a key is visible when BOTH masks allow it: AND. The OR of the "
+                "two lets every token see all the real tokens of its sequence, the future "
+                "included.", {"causal": False}),
+        Mistake("the packed tokens attended as one sequence",
+                "Attention over all N rows at once lets each sequence see the tokens of the "
+                "others. Give every sequence a row of its own in a (B, L) batch, padded to the "
+                "longest, and attend in that batch.", {"across": True}),
+        Mistake("pad rows returned with the real ones",
+                "The output is packed like the queries: N rows, the real tokens only, sequence "
+                "after sequence. Drop the rows of the pad positions.", {"pad_rows": True}),
+    ),
+    forbidden=forbid((attention.packed_attention, attention.masked_attention,
+                      attention.scaled_dot_product_attention) + NO_BUILT_IN_ATTENTION,
+                     ATTENTION_BUILTINS),
+)
+
+
+def packed_inputs(g, lengths, D=4, Dv=3, dtype=torch.float32):
+    """Packed (N, D) queries and keys, (N, Dv) values and the (B,) lengths."""
+    lengths = torch.tensor(lengths)
+    N = int(lengths.sum())
+    return (randn(N, D, generator=g, dtype=dtype), randn(N, D, generator=g, dtype=dtype),
+            randn(N, Dv, generator=g, dtype=dtype), lengths)
+
+
+def check_packed_attention(fn, seed: int = 0) -> None:
+    """Check packed_attention(query, key, value, lengths, is_causal=False) -> (N, Dv).
+
+    Lesson: 03_masking
+    """
+    g = seeded(seed)
+    first = [5, 2, 4] if seed == 0 else [4, 6, 1]
+    cases = [
+        Case(f"B = 3 sequences of lengths {first}, D = 4, Dv = 3", packed_inputs(g, first)),
+        Case(f"the same lengths {first}, is_causal=True", packed_inputs(g, first),
+             {"is_causal": True}),
+        Case("lengths 3, 0, 6: a sequence with no token, is_causal=True",
+             packed_inputs(g, [3, 0, 6]), {"is_causal": True}),
+        Case("lengths 2, 6, 3, float64, with gradients",
+             packed_inputs(g, [2, 6, 3], dtype=torch.float64), grad=True),
+        Case("two sequences of the same length 4: no pads at all", packed_inputs(g, [4, 4])),
+        Case("a single sequence of length 7, is_causal=True", packed_inputs(g, [7]),
+             {"is_causal": True}),
+    ]
+    run_check(PACKED_ATTENTION, fn, cases)
 
 
 # ---------------------------------------------------------------- nn.MultiheadAttention masks

@@ -91,6 +91,47 @@ def masked_attention_where(query, key, value, attn_mask=None, is_causal=False, s
     return torch.einsum("...ts,...sv->...tv", weights, value), weights
 
 
+def packed_by_boolean_indexing(query, key, value, lengths, is_causal=False):
+    """Pad with a (B, L) bool table of the real tokens, as the lesson's solution does."""
+    B, L = len(lengths), int(lengths.max())
+    real = torch.arange(L) < lengths[:, None]  # (B, L)
+    q, k, v = (x.new_zeros(B, L, x.shape[-1]) for x in (query, key, value))
+    q[real], k[real], v[real] = query, key, value
+    keys = masks.padding_mask(lengths, L)[:, 0]  # (B, 1, L)
+    out, _ = masked_attention_additive(q, k, v, keys, is_causal)
+    return out[real]
+
+
+def packed_by_split_and_pad(query, key, value, lengths, is_causal=False):
+    """torch.split and pad_sequence, with a head axis so that the (B, 1, 1, L) mask fits."""
+    sizes = lengths.tolist()
+    q, k, v = (torch.nn.utils.rnn.pad_sequence(x.split(sizes), batch_first=True)[:, None]
+               for x in (query, key, value))  # (B, 1, L, .)
+    L = q.shape[-2]
+    allowed = torch.arange(L) < lengths[:, None, None, None]  # (B, 1, 1, L)
+    if is_causal:
+        allowed = allowed & torch.ones(L, L, dtype=torch.bool).tril()
+    out, _ = masked_attention_where(q, k, v, allowed)
+    return torch.cat([out[b, 0, :n] for b, n in enumerate(sizes)])
+
+
+def packed_with_an_additive_mask(query, key, value, lengths, is_causal=False):
+    """Offsets of each sequence from the cumulative lengths, a float mask, einsum in float64."""
+    starts = torch.cumsum(lengths, 0) - lengths
+    L, wide = int(lengths.max()), torch.float64
+    position = torch.arange(L)
+    real = position < lengths[:, None]  # (B, L)
+    rows = (starts[:, None] + position).clamp(max=max(len(query) - 1, 0))  # (B, L) packed row
+    q, k, v = (torch.where(real[..., None], x.to(wide)[rows], 0.0) for x in (query, key, value))
+    hidden = ~real[:, None, :]  # (B, 1, L): pad keys
+    if is_causal:
+        hidden = hidden | (position[None, :] > position[:, None])
+    scores = torch.einsum("btd,bsd->bts", q, k) / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+    out = torch.einsum("bts,bsv->btv", weights, v)
+    return out[real].to(query.dtype)
+
+
 def to_mha_by_not(attn_mask):
     return ~attn_mask if attn_mask.dtype == torch.bool else attn_mask
 
@@ -111,6 +152,8 @@ CORRECT = {
     "apply_mask": [apply_by_masked_fill, apply_by_where, apply_by_adding],
     "masked_attention": [masked_attention_additive, masked_attention_where,
                          masked_attention_per_query],
+    "packed_attention": [packed_by_boolean_indexing, packed_by_split_and_pad,
+                         packed_with_an_additive_mask],
     "to_mha_mask": [to_mha_by_not, to_mha_by_logical_not, to_mha_by_comparison],
 }
 REFERENCES = {
@@ -118,6 +161,7 @@ REFERENCES = {
     "padding_mask": masks.padding_mask,
     "apply_mask": masks.apply_mask,
     "masked_attention": attention.scaled_dot_product_attention,
+    "packed_attention": attention.packed_attention,
     "to_mha_mask": masks.to_mha_mask,
 }
 
@@ -255,6 +299,40 @@ def masked_attention_float_as_bool(query, key, value, attn_mask=None, is_causal=
     return masked_attention_additive(query, key, value, attn_mask, is_causal, scale)
 
 
+def packed_sequences(query, key, value, lengths):
+    """(B, L, .) zero-padded copies of the packed inputs, and the (B, L) table of real tokens."""
+    B, L = len(lengths), int(lengths.max())
+    real = torch.arange(L) < lengths[:, None]
+    return [x.new_zeros(B, L, x.shape[-1]).index_put((real,), x) for x in (query, key, value)], real
+
+
+def packed_with_pad_queries_hidden(query, key, value, lengths, is_causal=False):
+    (q, k, v), real = packed_sequences(query, key, value, lengths)
+    out, _ = masked_attention_additive(q, k, v, real[:, :, None], is_causal)  # (B, L, 1)
+    return out[real]
+
+
+def packed_or_causal(query, key, value, lengths, is_causal=False):
+    (q, k, v), real = packed_sequences(query, key, value, lengths)
+    allowed = real[:, None, :]  # (B, 1, L)
+    if is_causal:
+        L = q.shape[1]
+        allowed = allowed | torch.ones(L, L, dtype=torch.bool).tril()
+    out, _ = masked_attention_additive(q, k, v, allowed)
+    return out[real]
+
+
+def packed_as_one_sequence(query, key, value, lengths, is_causal=False):
+    out, _ = masked_attention_additive(query, key, value, is_causal=is_causal)
+    return out
+
+
+def packed_returning_every_row(query, key, value, lengths, is_causal=False):
+    (q, k, v), real = packed_sequences(query, key, value, lengths)
+    out, _ = masked_attention_additive(q, k, v, real[:, None, :], is_causal)
+    return out.reshape(-1, out.shape[-1])
+
+
 def mha_mask_unchanged(attn_mask):
     return attn_mask
 
@@ -280,6 +358,12 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     masked_attention_float_as_bool: ("masked_attention", ["float mask treated as a bool mask"]),
     apply_every_mask_as_bool: ("apply_mask", ["float mask treated as a bool mask"]),
     mha_mask_unchanged: ("to_mha_mask", ["bool mask not inverted for nn.MultiheadAttention"]),
+    packed_with_pad_queries_hidden: (
+        "packed_attention", ["pad keys not hidden (no padding mask, or one on the queries' axis)"]),
+    packed_or_causal: ("packed_attention", [
+        "causal mask lost (is_causal ignored, or combined with the padding mask by OR)"]),
+    packed_as_one_sequence: ("packed_attention", ["the packed tokens attended as one sequence"]),
+    packed_returning_every_row: ("packed_attention", ["pad rows returned with the real ones"]),
 }
 
 
@@ -351,6 +435,14 @@ def apply_mask_transposed(scores, attn_mask):
     return scores.masked_fill(~attn_mask.mT, NEG_INF)
 
 
+def packed_with_a_four_axis_mask(query, key, value, lengths, is_causal=False):
+    """The (B, 1, 1, L) padding mask against (B, L, L) scores: they broadcast to (B, B, L, L)."""
+    (q, k, v), real = packed_sequences(query, key, value, lengths)
+    out, _ = masked_attention_additive(q, k, v, masks.padding_mask(lengths, q.shape[1]),
+                                       is_causal)
+    return out[real]
+
+
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("apply_mask", apply_mask_transposed, "two tensors whose axes do not line up"),
     ("causal_mask", causal_by_tril_of_sizes, "torch function given a Python number"),
@@ -363,6 +455,8 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
      "shapes that differ along the keys' axis"),
     ("masked_attention", masked_attention_filling_float_masks, "float mask used as a bool mask"),
     ("to_mha_mask", to_mha_inverting_every_mask, "float mask used as a bool mask"),
+    ("packed_attention", packed_with_a_four_axis_mask,
+     "a (B, 1, 1, S) padding mask against scores with no head axis"),
 ]
 # Slips a check cannot report yet: torch raises their error as NotImplementedError, which a
 # check takes for the exercise's unwritten stub. The text is torch's own.
