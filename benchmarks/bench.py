@@ -5,7 +5,9 @@ copy task's steps and seconds to 99% over seeds, grading throughput against stoc
 grading through a local Dask cluster (and into PostgreSQL) against grading here, the attention
 cost curve, the time of every check, lesson 06's length experiment over seeds, and
 lesson 07's decoding with and without a cache and tiled attention's memory at T = 2048 and 4096,
-and seconds from `nbgrader submit` to feedback fetchable over a burst of 50 (watch).
+lesson 08's training step (forward and backward) of FlashAttention's Function against autograd
+and PyTorch at T = 1024, 2048 and 4096, and seconds from `nbgrader submit` to feedback
+fetchable over a burst of 50 (watch).
 Writes results.json, attention_cost.png and rope_lengths.png to --out (default: this folder)
 and prints a summary. --quick runs a small version of each
 section, as a smoke test.
@@ -30,6 +32,7 @@ import attention_cost  # noqa: E402
 import checks  # noqa: E402
 import copy_task  # noqa: E402
 import dask_grading  # noqa: E402
+import flash_backward  # noqa: E402
 import gradescope  # noqa: E402
 import grading  # noqa: E402
 import inference_and_scale  # noqa: E402
@@ -63,6 +66,7 @@ def sections(quick: bool) -> dict:
         "checks": lambda: checks.measure(repeats=1 if quick else 7),
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
         "inference_and_scale": lambda: inference_and_scale.measure(quick, device=device),
+        "flash_backward": lambda: flash_backward.measure(quick),
         "gradescope": lambda: gradescope.measure(runs=1 if quick else 3),
         "watch": lambda: watch.measure(students=4 if quick else 50),
     }
@@ -94,6 +98,7 @@ def report(results: dict) -> None:
     print(f"checks: slowest {slowest['check']} {slowest['pass_s'] * 1e3:.0f} ms per call")
     print(rope_lengths.report(results["rope_lengths"]))
     print(inference_and_scale.report(results["inference_and_scale"]))
+    print(flash_backward.report(results["flash_backward"]))
     print(watch.report(results["watch"]))
     print(gradescope.report(results["gradescope"]))
 
