@@ -168,7 +168,9 @@ MISTAKES = {
         self.dropout = dropout
         """, "hidden width 4 * d_model instead of d_ff"),
     "rotary_angles": ("""
-        position = torch.arange(seq_len, device=device, dtype=dtype)[:, None]
+        if isinstance(positions, int):
+            positions = torch.arange(positions)
+        position = positions.to(device=device, dtype=dtype)[:, None]
         i = torch.arange(d_head // 2, device=device, dtype=dtype)
         return position / base ** (i / d_head)
         """, "exponent uses i instead of 2i"),

@@ -135,8 +135,9 @@ LESSONS = (
                     "training.History", "training.greedy_decode", "training.sequence_accuracy")),
     Lesson(
         "06_rotary_positions", "rotary position embeddings", teaches=("rope", "lengths"),
-        builds="rotary angles, rotating half-split pairs of queries and keys, rotary multi-head "
-               "attention; models with no, sinusoidal, learned and rotary positions tested on "
+        builds="rotary angles of given positions, rotating half-split pairs of queries and "
+               "keys, rotary multi-head attention that places its queries and keys at given "
+               "positions; models with no, sinusoidal, learned and rotary positions tested on "
                "sequences twice as long as in training",
         practice=(Practice("rotary_angles", "rope.rotary_angles", difficulty=1, minutes=10),
                   Practice("apply_rotary", "rope.apply_rotary", difficulty=2, minutes=15),
@@ -149,8 +150,8 @@ LESSONS = (
         teaches=("inference", "tiled"),
         builds="a key/value cache whose decoding equals uncached decoding token for token, "
                "grouped-query attention and the cache it saves, tiled attention with an online "
-               "softmax, two partial attentions merged by their logsumexps; the speed-up and the "
-               "memory each one buys, measured",
+               "softmax and each query's logsumexp, two partial attentions merged by their "
+               "logsumexps; the speed-up and the memory each one buys, measured",
         practice=(Practice("cached_attention", "inference.cached_attention",
                            difficulty=2, minutes=15),
                   Practice("grouped_query_attention", "inference.grouped_query_attention",

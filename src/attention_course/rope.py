@@ -23,17 +23,21 @@ from .attention import compute_dtype, scaled_dot_product_attention
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
 
-def rotary_angles(seq_len: int, d_head: int, *, base: float = 10000.0, device=None,
+def rotary_angles(positions: int | Tensor, d_head: int, *, base: float = 10000.0, device=None,
                   dtype=torch.float32) -> Tensor:
-    """The rotation angle of every position and pair: angles[t, i] = t / base^(2i / D).
+    """The rotation angle of every position and pair: angles[t, i] = p_t / base^(2i / D).
 
     Args:
-        seq_len: number of positions T (positions 0 .. T-1).
+        positions: the positions p_t of the tokens: an int T for the positions 0 .. T-1, or a
+            tensor of T positions (e.g. ``torch.arange(P, P + T)`` for T tokens after a cache
+            of P), integer or float, of any shape (..., T).
         d_head: head width D, even; there are D/2 pairs.
         base: wavelength scale; the slowest pair turns once every 2*pi*base^((D-2)/D) steps.
         device, dtype: where, and in which float dtype, the angles are returned.
     Returns:
-        (T, D/2) angles in radians; for a 16-bit dtype computed in float32 and rounded once.
+        (..., T, D/2) angles in radians, (T, D/2) for an int or a (T,) tensor; on ``device``,
+        else on the device of the positions; for a 16-bit dtype computed in float32 and
+        rounded once.
         Even so a bfloat16 angle near t is off by up to t/512 radians: rotate 16-bit queries
         and keys with float32 angles, as ``RotaryMultiHeadAttention`` does.
     Lesson: 06_rotary_positions
@@ -41,9 +45,11 @@ def rotary_angles(seq_len: int, d_head: int, *, base: float = 10000.0, device=No
     if d_head % 2:
         raise ValueError(f"rotary embeddings rotate pairs: the head width {d_head} must be even")
     wide = compute_dtype(dtype)  # float32 for 16-bit floats: positions stay exact
-    position = torch.arange(seq_len, device=device, dtype=wide)[:, None]  # (T, 1)
-    two_i = torch.arange(0, d_head, 2, device=device, dtype=wide)  # (D/2,)
-    return (position / base ** (two_i / d_head)).to(dtype)  # (T, 1) / (D/2,) -> (T, D/2)
+    if isinstance(positions, int):
+        positions = torch.arange(positions, device=device)
+    position = positions.to(device=device, dtype=wide)[..., None]  # (..., T, 1)
+    two_i = torch.arange(0, d_head, 2, device=position.device, dtype=wide)  # (D/2,)
+    return (position / base ** (two_i / d_head)).to(dtype)  # (..., T, 1) / (D/2,): (..., T, D/2)
 
 
 def apply_rotary(x: Tensor, angles: Tensor) -> Tensor:
@@ -53,8 +59,9 @@ def apply_rotary(x: Tensor, angles: Tensor) -> Tensor:
     a = angles[t, i]: a rotation by +a in the plane of the pair, so norms are kept.
     Args:
         x: (..., T, D) queries or keys, e.g. (B, H, T, D).
-        angles: (T, D/2) angles of the T positions, e.g. ``rotary_angles(T, D)``; float32
-            angles for a 16-bit x rotate it in float32.
+        angles: (T, D/2) angles of the T positions, e.g. ``rotary_angles(T, D)``, or any
+            shape that broadcasts against (..., T, D/2); float32 angles for a 16-bit x rotate
+            it in float32.
     Returns:
         (..., T, D) rotated tensor, in the dtype of x.
     Lesson: 06_rotary_positions
@@ -68,8 +75,9 @@ def apply_rotary(x: Tensor, angles: Tensor) -> Tensor:
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
     """Lesson 04's multi-head attention with rotary positions: after the projections and the
-    split into heads, each head's queries and keys are rotated by their positions (query t at
-    position t, key s at position s, counted from 0); the values are not.
+    split into heads, each head's queries and keys are rotated by their positions (by default
+    query t at position t and key s at position s, counted from 0; ``forward`` may place them
+    elsewhere, e.g. after a cache); the values are not.
 
     The angles come from the head width D, not the model width C, because the scores are dot
     products within a head. Masks follow the course convention (bool True = may attend).
@@ -84,9 +92,16 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         self.base = base
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor,
-                attn_mask: Tensor | None = None, is_causal: bool = False):
+                attn_mask: Tensor | None = None, is_causal: bool = False,
+                query_positions: Tensor | None = None, key_positions: Tensor | None = None):
         """Attend from (B, T, C) queries to (B, S, C) keys and values, rotating q and k.
 
+        Args:
+            query_positions: (T,) positions of the queries; None means 0 .. T-1.
+            key_positions: (S,) positions of the keys; None means 0 .. S-1. For T new tokens
+                after a cache of P, both are ``torch.arange(P, P + T)``.
+            attn_mask, is_causal: as in ``MultiHeadAttention`` (is_causal hides key s from
+                query t when s > t, counted in these T queries and S keys).
         Returns:
             out: (B, T, C) attended values after the output projection.
             weights: (B, H, T, S) attention weights of every head.
@@ -96,8 +111,10 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         v = split_heads(self.v_proj(value), self.n_heads)  # (B, S, C) -> (B, H, S, D)
         # angles of 16-bit q and k stay float32: apply_rotary rotates in float32 and rounds once
         factory = {"base": self.base, "device": q.device, "dtype": compute_dtype(q.dtype)}
-        q = apply_rotary(q, rotary_angles(q.shape[-2], self.d_head, **factory))
-        k = apply_rotary(k, rotary_angles(k.shape[-2], self.d_head, **factory))
+        q_at = q.shape[-2] if query_positions is None else query_positions  # T or (T,)
+        k_at = k.shape[-2] if key_positions is None else key_positions  # S or (S,)
+        q = apply_rotary(q, rotary_angles(q_at, self.d_head, **factory))
+        k = apply_rotary(k, rotary_angles(k_at, self.d_head, **factory))
         dropout_p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
         return self.out_proj(merge_heads(out)), weights  # (B, H, T, D) -> (B, T, C)

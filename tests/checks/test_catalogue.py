@@ -9,6 +9,7 @@ helpers/answers/.
 import functools
 
 import pytest
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -16,7 +17,13 @@ from attention_course.checks import MODULES, lesson04, lesson05, lesson06
 from attention_course.checks.framework import Exercise
 from helpers.answers import MISTAKES, REFERENCES, SIGN_EXAMPLES
 from helpers.answers.lesson04 import MHAByEinsum, MHAHandWritten
-from helpers.answers.lesson05 import StudentBlock, StudentCausalSelfAttention
+from helpers.answers.lesson05 import (
+    ModelLikeTheLesson,
+    RMSNormLikeTheLesson,
+    StudentBlock,
+    StudentCausalSelfAttention,
+    SwiGLULikeTheLesson,
+)
 from helpers.answers.lesson06 import StudentRotaryMHA
 from helpers.checking import CHECK_NAMES, check_of, code_lines, failure, named_mistakes
 
@@ -31,7 +38,12 @@ CATALOGUE["causal_self_attention"] = lesson05.ATTENTION_LAYER_MISTAKES
 CATALOGUE["mlp"] = lesson05.MLP_MISTAKES
 CATALOGUE["decoder_block"] = lesson05.BLOCK_MISTAKES
 CATALOGUE["copy_task_loss"] = lesson05.LOSS_MISTAKES
-STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant}
+CATALOGUE["decoder_only_transformer"] = lesson05.MODEL_MISTAKES
+CATALOGUE["train_step"] = lesson05.TRAIN_STEP_MISTAKES
+CATALOGUE["rms_norm"] = lesson05.RMS_NORM_MISTAKES
+CATALOGUE["swiglu"] = lesson05.SWIGLU_MISTAKES
+STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant,
+                    "train_step": lesson05.step_variant}
 CATALOGUE["rotary_multi_head_attention"] = lesson06.ROTARY_MHA_MISTAKES
 
 
@@ -100,14 +112,50 @@ def block_with(knobs: dict):
 def rotary_mha_with(knobs: dict):
     """A student's class whose forward is the check's wrong variant with ``knobs`` set."""
     class Buggy(StudentRotaryMHA):
-        def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        def forward(self, query, key, value, attn_mask=None, is_causal=False,
+                    query_positions=None, key_positions=None):
             return lesson06.rotary_mha_variant(self, query, key, value, attn_mask, is_causal,
-                                               **knobs)
+                                               query_positions, key_positions, **knobs)
+    return Buggy
+
+
+def model_with(knobs: dict):
+    class Buggy(ModelLikeTheLesson):
+        def forward(self, tokens, return_attention=False):
+            out = lesson05.model_variant(self, tokens, None, return_attention, **knobs)
+            return out[0] if not return_attention else out
+    return Buggy
+
+
+def rms_norm_with(knobs: dict):
+    class Buggy(RMSNormLikeTheLesson):
+        def forward(self, x):
+            return lesson05.rms_norm_variant(self, x, **knobs)
+    return Buggy
+
+
+def swiglu_with(knobs: dict):
+    """A SwiGLU run as ``lesson05.swiglu_variant`` describes, written as a student's."""
+    class Buggy(SwiGLULikeTheLesson):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            hidden = 4 * d_model if knobs.get("width") == "4C" else d_ff
+            super().__init__(d_model, hidden, dropout)
+
+        def forward(self, x):
+            act = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid,
+                   "none": lambda h: h}[knobs.get("gate", "silu")]
+            a, b = (self.up(x), self.gate(x)) if knobs.get("swapped") else \
+                (self.gate(x), self.up(x))
+            where = knobs.get("where", "gate")
+            if where == "product":
+                return self.down(act(a * b))
+            return self.down(act(a)) if where == "ungated" else self.down(act(a) * b)
     return Buggy
 
 
 LESSON05_CLASSES = {"causal_self_attention": attention_layer_with, "mlp": mlp_with,
-                    "decoder_block": block_with}
+                    "decoder_block": block_with, "decoder_only_transformer": model_with,
+                    "rms_norm": rms_norm_with, "swiglu": swiglu_with}
 
 
 KNOB_MISTAKES = [pytest.param(name, mistake, id=f"{name}-{mistake.name}")

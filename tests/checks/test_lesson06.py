@@ -41,13 +41,16 @@ def test_the_catalogue_names_what_the_lesson_promises():
 def test_shifting_every_position_in_the_layer_is_no_mistake():
     """Scores depend on offsets only: a layer that counts queries and keys from 1 is right."""
     class CountingFromOne(rope.RotaryMultiHeadAttention):
-        def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        def forward(self, query, key, value, attn_mask=None, is_causal=False,
+                    query_positions=None, key_positions=None):
             q, k, v = (rope.split_heads(p(x), self.n_heads) for p, x in
                        ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
             T, S = q.shape[-2], k.shape[-2]
+            q_at = torch.arange(T) if query_positions is None else query_positions
+            k_at = torch.arange(S) if key_positions is None else key_positions
             kw = {"base": self.base, "dtype": q.dtype}
-            q = rope.apply_rotary(q, rope.rotary_angles(T + 1, self.d_head, **kw)[1:])
-            k = rope.apply_rotary(k, rope.rotary_angles(S + 1, self.d_head, **kw)[1:])
+            q = rope.apply_rotary(q, rope.rotary_angles(q_at + 1, self.d_head, **kw))
+            k = rope.apply_rotary(k, rope.rotary_angles(k_at + 1, self.d_head, **kw))
             out, weights = rope.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal)
             return self.out_proj(rope.merge_heads(out)), weights
 

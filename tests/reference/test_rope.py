@@ -30,6 +30,45 @@ def test_angles_follow_the_dtype_asked_for():
     assert rotary_angles(3, 4, dtype=torch.float64).dtype == torch.float64
 
 
+def test_angles_of_given_positions_are_the_rows_of_those_positions():
+    table = rotary_angles(21, 8, dtype=torch.float64)
+    positions = torch.tensor([5, 6, 7, 19, 0, 3])  # after a cache, or in any order
+    torch.testing.assert_close(rotary_angles(positions, 8, dtype=torch.float64), table[positions])
+    torch.testing.assert_close(rotary_angles(torch.arange(21), 8, dtype=torch.float64), table)
+    batched = rotary_angles(torch.stack([positions, positions + 1]), 8, dtype=torch.float64)
+    assert batched.shape == (2, 6, 4)
+    torch.testing.assert_close(batched[1], table[positions + 1])
+    assert rotary_angles(positions.double() + 0.5, 8).dtype == torch.float32
+
+
+def test_the_layer_at_given_positions_scores_as_at_every_offset_alike():
+    """Queries and keys moved by the same P: every score, so every output, stays the same
+    (rotary scores see offsets only); queries moved alone change them."""
+    torch.manual_seed(0)
+    layer = RotaryMultiHeadAttention(16, 2).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    at_zero = layer(x, memory, memory)
+    shifted = layer(x, memory, memory, query_positions=torch.arange(40, 45),
+                    key_positions=torch.arange(40, 47))
+    torch.testing.assert_close(shifted, at_zero)
+    explicit = layer(x, memory, memory, query_positions=torch.arange(5),
+                     key_positions=torch.arange(7))
+    torch.testing.assert_close(explicit, at_zero)
+    moved, _ = layer(x, memory, memory, query_positions=torch.arange(3, 8))
+    assert not torch.allclose(moved, at_zero[0], atol=1e-3)
+
+
+def test_cached_rotary_decoding_equals_attention_over_the_whole_sequence():
+    """Keys rotated once at their positions and kept; new queries at P .. P+T-1."""
+    torch.manual_seed(0)
+    layer = RotaryMultiHeadAttention(16, 2).eval()
+    x = torch.randn(1, 9, 16)
+    whole, _ = layer(x, x, x, is_causal=True)
+    last, _ = layer(x[:, 6:], x, x, query_positions=torch.arange(6, 9),
+                    attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(6))
+    torch.testing.assert_close(last, whole[:, 6:])
+
+
 def test_an_odd_head_width_is_refused():
     with pytest.raises(ValueError, match="even"):
         rotary_angles(4, 5)

@@ -28,11 +28,13 @@ def _forbid(functions, builtins=()):
 
 # ---------------------------------------------------------------- rotary_angles
 
-def angles_variant(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32,
-                   exponent="2i", first_position=0, inverted=False, ignore_base=False):
+def angles_variant(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32,
+                   exponent="2i", first_position=0, inverted=False, ignore_base=False,
+                   given="used"):
     base = 10000.0 if ignore_base else base
-    position = torch.arange(first_position, first_position + seq_len,
-                            dtype=torch.float64)[:, None]  # (T, 1)
+    if isinstance(positions, int) or given == "counted":  # the given ones ignored: 0 .. T-1
+        positions = torch.arange(positions if isinstance(positions, int) else len(positions))
+    position = positions.to(torch.float64)[:, None] + first_position  # (T, 1)
     i = torch.arange(d_head // 2, dtype=torch.float64)  # (D/2,)
     power = {"2i": 2 * i, "i": i, "4i": 4 * i}[exponent] / d_head
     frequency = base ** power if inverted else base ** -power
@@ -48,11 +50,16 @@ ANGLES_FROM_ONE = Mistake(
     "positions counted from 1",
     "The first position is t = 0, whose angles are all 0: the first token is not rotated.",
     {"first_position": 1})
+GIVEN_POSITIONS_IGNORED = Mistake(
+    "a tensor of positions ignored: the angles of 0 .. T-1 instead",
+    "When `positions` is a tensor, row t of the table belongs to the token at position "
+    "positions[t] (after a cache of P tokens, P + t), not to position t: use its values, "
+    "converted to the float dtype asked for.", {"given": "counted"})
 
 ROTARY_ANGLES = Exercise(
     name="rotary_angles",
     reference=rope.rotary_angles,
-    inputs=("seq_len", "d_head"),
+    inputs=("positions", "d_head"),
     outputs=(("angles", "(T, D/2): one angle per position and pair"),),
     variant=angles_variant,
     mistakes=(
@@ -66,6 +73,7 @@ ROTARY_ANGLES = Exercise(
                 "Angles are t divided by base^(2i/D): the later pairs turn slower, not faster.",
                 {"inverted": True}),
         ANGLES_FROM_ONE,
+        GIVEN_POSITIONS_IGNORED,
         Mistake("ignores the base argument",
                 "Use the `base` you are given; 10000 is only its default.",
                 {"ignore_base": True}),
@@ -79,7 +87,8 @@ ROTARY_ANGLES = Exercise(
 
 
 def check_rotary_angles(fn, seed: int = 0) -> None:
-    """Check rotary_angles(seq_len, d_head, base=..., dtype=...): the (T, D/2) angles.
+    """Check rotary_angles(positions, d_head, base=..., dtype=...): the (T, D/2) angles of the
+    positions 0 .. T-1 (an int T) or of a (T,) tensor of positions.
 
     Lesson: 06_rotary_positions
     """
@@ -90,6 +99,10 @@ def check_rotary_angles(fn, seed: int = 0) -> None:
         Case(f"T = {T + 2}, D = 12, base = 100", (T + 2, 12), {"base": 100.0}),
         Case("T = 4, D = 2 (a single pair)", (4, 2)),
         Case(f"T = {T}, D = 6, dtype float64", (T, 6), {"dtype": torch.float64}),
+        Case(f"positions a tensor: {T} tokens after a cache of 9, torch.arange(9, {9 + T}), "
+             f"D = 8", (torch.arange(9, 9 + T), 8)),
+        Case("positions a tensor in no order, with repeats: [7, 0, 3, 3, 12], D = 8, float64",
+             (torch.tensor([7, 0, 3, 3, 12]), 8), {"dtype": torch.float64}),
     ]
     run_check(ROTARY_ANGLES, fn, cases)
 
@@ -190,13 +203,15 @@ def _attend(scores, v, attn_mask, is_causal, rotate_weights=None):
     return weights @ v, weights
 
 
-def rotary_mha_variant(module, query, key, value, attn_mask=None, is_causal=False, *,
+def rotary_mha_variant(module, query, key, value, attn_mask=None, is_causal=False,
+                       query_positions=None, key_positions=None, *,
                        rotate="qk", width="head", angle_dtype=None, ignore_base=False,
-                       project_output=True, causal=True, use_mask=True):
+                       project_output=True, causal=True, use_mask=True, positions="given"):
     """The reference module's computation with one knob turned: ``rotate`` says what is
     rotated ("qk", "qkv", "q", "scores", "weights", "output"); ``width`` where the angles
     come from ("head"; "model": the (B, T, C) projections rotated before the split with
-    angles of width C; "model_frequencies": head-width angles with C in the exponent)."""
+    angles of width C; "model_frequencies": head-width angles with C in the exponent);
+    ``positions`` which positions turn them ("given"; "ignored": 0 .. T-1 and 0 .. S-1)."""
     H, C, D = module.n_heads, module.d_model, module.d_head
     base = 10000.0 if ignore_base else module.base
     dtype = angle_dtype or query.dtype
@@ -211,16 +226,18 @@ def rotary_mha_variant(module, query, key, value, attn_mask=None, is_causal=Fals
 
     q, k, v = module.q_proj(query), module.k_proj(key), module.v_proj(value)  # (B, T|S, C)
     T, S = q.shape[-2], k.shape[-2]
+    q_at = T if query_positions is None or positions == "ignored" else query_positions
+    k_at = S if key_positions is None or positions == "ignored" else key_positions
     if width == "model":
-        q = rope.apply_rotary(q, angles(T, C))
-        k = rope.apply_rotary(k, angles(S, C))
+        q = rope.apply_rotary(q, angles(q_at, C))
+        k = rope.apply_rotary(k, angles(k_at, C))
     q, k, v = (multihead.split_heads(x, H) for x in (q, k, v))  # (B, H, T|S, D)
     if width != "model" and rotate in ("qk", "qkv", "q"):
-        q = rope.apply_rotary(q, head_angles(T))
+        q = rope.apply_rotary(q, head_angles(q_at))
         if rotate != "q":
-            k = rope.apply_rotary(k, head_angles(S))
+            k = rope.apply_rotary(k, head_angles(k_at))
         if rotate == "qkv":
-            v = rope.apply_rotary(v, head_angles(S))
+            v = rope.apply_rotary(v, head_angles(k_at))
     scores = q @ k.transpose(-2, -1) * D ** -0.5  # (B, H, T, S)
     if rotate == "scores":
         scores = rope.apply_rotary(scores, angles(T, S))
@@ -229,7 +246,7 @@ def rotary_mha_variant(module, query, key, value, attn_mask=None, is_causal=Fals
     out, weights = _attend(scores, v, attn_mask if use_mask else None, is_causal and causal,
                            rotate_weights)
     if rotate == "output":
-        out = rope.apply_rotary(out, head_angles(T))
+        out = rope.apply_rotary(out, head_angles(q_at))
     out = multihead.merge_heads(out)  # (B, H, T, D) -> (B, T, C)
     return (module.out_proj(out) if project_output else out), weights
 
@@ -272,6 +289,11 @@ ROTARY_MHA_MISTAKES = (
     Mistake("attn_mask not passed on", "Pass attn_mask on to the attention function.",
             {"use_mask": False}),
     DROPOUT_IN_EVAL_MODE,
+    Mistake("query_positions and key_positions ignored (positions counted from 0)",
+            "When the positions are given, query t sits at query_positions[t] and key s at "
+            "key_positions[s]: after a cache of P tokens the new ones are at P .. P+T-1, not "
+            "at 0 .. T-1. Make the angles of those positions; only a missing (None) one means "
+            "0 .. T-1 or 0 .. S-1.", {"positions": "ignored"}),
 )
 
 
@@ -332,4 +354,9 @@ def _rotary_mha_cases(seed: int) -> list[Case]:
              (x.double(), x.double(), x.double()), {"is_causal": True}, grad=True),
         Case("a (T, T) bool mask whose query 2 may attend to nothing, float64, with gradients",
              (x.double(), x.double(), x.double()), {"attn_mask": with_empty_row}, grad=True),
+        Case("self-attention with query_positions = 4..9 and key_positions = 0..5, causal",
+             (x, x, x), {"query_positions": torch.arange(4, 10),
+                         "key_positions": torch.arange(6), "is_causal": True}),
+        Case("query_positions = 8..13 (T = 6 after 8 earlier tokens), key_positions None: the "
+             "S = 8 keys at 0..7", (x, memory, memory), {"query_positions": torch.arange(8, 14)}),
     ]

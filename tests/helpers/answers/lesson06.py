@@ -13,23 +13,33 @@ NEG_INF = float("-inf")
 
 # ---------------------------------------------------------------- rotary_angles
 
-def angles_by_outer(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+def angles_by_outer(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    if isinstance(positions, int):
+        positions = torch.arange(positions)
     inverse_frequencies = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=dtype,
                                                       device=device) / d_head)
-    return torch.outer(torch.arange(seq_len, dtype=dtype, device=device), inverse_frequencies)
+    return torch.outer(positions.to(dtype=dtype, device=device), inverse_frequencies)
 
 
-def angles_by_loops(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
-    rows = [[t / math.pow(base, 2 * i / d_head) for i in range(d_head // 2)]
-            for t in range(seq_len)]
-    return torch.tensor(rows, dtype=dtype, device=device).reshape(seq_len, d_head // 2)
+def angles_by_loops(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    ts = range(positions) if isinstance(positions, int) else positions.tolist()
+    rows = [[t / math.pow(base, 2 * i / d_head) for i in range(d_head // 2)] for t in ts]
+    return torch.tensor(rows, dtype=dtype, device=device).reshape(len(ts), d_head // 2)
 
 
-def angles_by_exp_log(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+def angles_by_exp_log(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
     i = torch.arange(d_head // 2, dtype=torch.float64, device=device)
     speeds = torch.exp(-math.log(base) * 2 * i / d_head)  # (D/2,)
-    positions = torch.arange(seq_len, dtype=torch.float64, device=device).unsqueeze(1)
-    return (positions * speeds).to(dtype)
+    if not torch.is_tensor(positions):
+        positions = torch.arange(positions, device=device)
+    return (positions.to(device=device, dtype=torch.float64).unsqueeze(1) * speeds).to(dtype)
+
+
+def _positions(positions, dtype, device=None):
+    """An int T as the positions 0 .. T-1, a tensor as itself, in ``dtype``."""
+    if isinstance(positions, int):
+        positions = torch.arange(positions)
+    return positions.to(dtype=dtype, device=device)
 
 
 # ---------------------------------------------------------------- apply_rotary
@@ -71,7 +81,8 @@ class StudentRotaryMHA(multihead.MultiHeadAttention):
         super().__init__(d_model, n_heads, dropout, bias)
         self.base = base
 
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False, query_positions=None,
+                key_positions=None):
         raise NotImplementedError()
 
 
@@ -81,11 +92,16 @@ def _heads(module, query, key, value):
 
 
 class RotaryFromEarlierLessons(StudentRotaryMHA):
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False, query_positions=None,
+                key_positions=None):
         q, k, v = _heads(self, query, key, value)
-        q = rotate_by_rotate_half(q, angles_by_outer(q.shape[-2], self.d_head, base=self.base,
-                                                     dtype=q.dtype))
-        k = rotate_by_rotate_half(k, angles_by_outer(k.shape[-2], self.d_head, base=self.base,
+        if query_positions is None:
+            query_positions = torch.arange(q.shape[-2])
+        if key_positions is None:
+            key_positions = torch.arange(k.shape[-2])
+        q = rotate_by_rotate_half(q, angles_by_outer(query_positions, self.d_head,
+                                                     base=self.base, dtype=q.dtype))
+        k = rotate_by_rotate_half(k, angles_by_outer(key_positions, self.d_head, base=self.base,
                                                      dtype=k.dtype))
         out, weights = attention.scaled_dot_product_attention(
             q, k, v, attn_mask, self.dropout if self.training else 0.0, is_causal)
@@ -96,15 +112,18 @@ class RotaryByEinsum(StudentRotaryMHA):
     """Heads as (B, T, H, D), scores by einsum, masks and empty rows by hand, angles in
     float64 then cast."""
 
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False, query_positions=None,
+                key_positions=None):
         H, D = self.n_heads, self.d_head
         q, k, v = (p(x).unflatten(-1, (H, D)) for p, x in
                    ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
         T, S = q.shape[1], k.shape[1]
         q = rotate_by_complex_numbers(q.transpose(1, 2), angles_by_exp_log(
-            T, D, base=self.base, dtype=torch.float64).to(q.dtype))  # (B, H, T, D)
+            T if query_positions is None else query_positions, D, base=self.base,
+            dtype=torch.float64).to(q.dtype))  # (B, H, T, D)
         k = rotate_by_complex_numbers(k.transpose(1, 2), angles_by_exp_log(
-            S, D, base=self.base, dtype=torch.float64).to(k.dtype))
+            S if key_positions is None else key_positions, D, base=self.base,
+            dtype=torch.float64).to(k.dtype))
         scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(D)
         if is_causal:
             scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), NEG_INF)
@@ -120,15 +139,18 @@ class RotaryByEinsum(StudentRotaryMHA):
 class RotaryPerHead(StudentRotaryMHA):
     """One head at a time, with each head's slice of the projections' weights."""
 
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False, query_positions=None,
+                key_positions=None):
         outs, all_weights = [], []
         q_all, k_all, v_all = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        q_at = query.shape[-2] if query_positions is None else query_positions
+        k_at = key.shape[-2] if key_positions is None else key_positions
         for h in range(self.n_heads):
             part = slice(h * self.d_head, (h + 1) * self.d_head)
             q, k, v = q_all[..., part], k_all[..., part], v_all[..., part]  # (B, T|S, D)
-            q = rotate_by_matrices(q, angles_by_loops(q.shape[-2], self.d_head, base=self.base,
+            q = rotate_by_matrices(q, angles_by_loops(q_at, self.d_head, base=self.base,
                                                       dtype=q.dtype))
-            k = rotate_by_matrices(k, angles_by_loops(k.shape[-2], self.d_head, base=self.base,
+            k = rotate_by_matrices(k, angles_by_loops(k_at, self.d_head, base=self.base,
                                                       dtype=k.dtype))
             out, weights = attention.scaled_dot_product_attention(
                 q, k, v, None if attn_mask is None else attn_mask.squeeze(1) if
@@ -139,9 +161,10 @@ class RotaryPerHead(StudentRotaryMHA):
 
 
 class RotaryCallingTheReference(StudentRotaryMHA):
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False, query_positions=None,
+                key_positions=None):
         return rope.RotaryMultiHeadAttention.forward(self, query, key, value, attn_mask,
-                                                     is_causal)
+                                                     is_causal, query_positions, key_positions)
 
 
 CORRECT = {
@@ -162,36 +185,42 @@ CALLING_THE_REFERENCE = {"rotary_multi_head_attention": RotaryCallingTheReferenc
 
 # ---------------------------------------------------------------- catalogued mistakes
 
-def angles_for_every_dimension(seq_len, d_head, *, base=10000.0, device=None,
+def angles_for_every_dimension(positions, d_head, *, base=10000.0, device=None,
                                dtype=torch.float32):
     """The (T, D) table Hugging Face's LLaMA builds for its formula, returned as the angles."""
-    angles = angles_by_outer(seq_len, d_head, base=base, device=device, dtype=dtype)
+    angles = angles_by_outer(positions, d_head, base=base, device=device, dtype=dtype)
     return torch.cat((angles, angles), dim=-1)
 
 
-def angles_with_i(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+def angles_with_i(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
     i = torch.arange(d_head // 2, dtype=dtype, device=device)
-    return torch.arange(seq_len, dtype=dtype, device=device)[:, None] / base ** (i / d_head)
+    return _positions(positions, dtype, device)[:, None] / base ** (i / d_head)
 
 
-def angles_from_one(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
-    positions = torch.arange(1, seq_len + 1, dtype=dtype, device=device)
+def angles_from_one(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    positions = _positions(positions, dtype, device) + 1
     return torch.outer(positions, base ** (-torch.arange(0, d_head, 2, dtype=dtype) / d_head))
 
 
-def angles_with_10000(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
-    return angles_by_outer(seq_len, d_head, device=device, dtype=dtype)
+def angles_with_10000(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+    return angles_by_outer(positions, d_head, device=device, dtype=dtype)
 
 
-def angles_with_2i_twice(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+def angles_with_2i_twice(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
     two_i = torch.arange(0, d_head, 2, dtype=dtype, device=device)  # already 0, 2, 4, ...
-    return torch.arange(seq_len, dtype=dtype, device=device)[:, None] / base ** (
-        2 * two_i / d_head)
+    return _positions(positions, dtype, device)[:, None] / base ** (2 * two_i / d_head)
 
 
-def angles_multiplied(seq_len, d_head, *, base=10000.0, device=None, dtype=torch.float32):
+def angles_multiplied(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
     two_i = torch.arange(0, d_head, 2, dtype=dtype, device=device)
-    return torch.arange(seq_len, dtype=dtype, device=device)[:, None] * base ** (two_i / d_head)
+    return _positions(positions, dtype, device)[:, None] * base ** (two_i / d_head)
+
+
+def angles_of_the_first_positions(positions, d_head, *, base=10000.0, device=None,
+                                  dtype=torch.float32):
+    """Counts the tokens and makes the angles of 0 .. T-1, whatever positions it was given."""
+    T = positions if isinstance(positions, int) else len(positions)
+    return angles_by_outer(T, d_head, base=base, device=device, dtype=dtype)
 
 
 def rotate_interleaved_as_complex(x, angles):
@@ -236,15 +265,23 @@ class RotaryHandWritten(StudentRotaryMHA):
     def angles(self, n, dtype):
         return angles_by_outer(n, self.d_head, base=self.base, dtype=dtype)
 
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False, query_positions=None,
+                key_positions=None):
+        self.at = (query_positions, key_positions)
         q, k, v = self.rotated(*_heads(self, query, key, value))
         out, weights = attention.scaled_dot_product_attention(q, k, v, attn_mask,
                                                               is_causal=is_causal)
         return self.out_proj(multihead.merge_heads(out)), weights
 
+    def positions(self, q, k):
+        """Where the queries and the keys sit: the given positions, else 0 .. T-1, 0 .. S-1."""
+        q_at, k_at = getattr(self, "at", (None, None))
+        return (q.shape[-2] if q_at is None else q_at, k.shape[-2] if k_at is None else k_at)
+
     def rotated(self, q, k, v):
-        return (rotate_by_rotate_half(q, self.angles(q.shape[-2], q.dtype)),
-                rotate_by_rotate_half(k, self.angles(k.shape[-2], k.dtype)), v)
+        q_at, k_at = self.positions(q, k)
+        return (rotate_by_rotate_half(q, self.angles(q_at, q.dtype)),
+                rotate_by_rotate_half(k, self.angles(k_at, k.dtype)), v)
 
 
 class RotaryRotatingValues(RotaryHandWritten):
@@ -315,7 +352,14 @@ class RotaryBeforeTheSplit(RotaryHandWritten):
 class RotaryWithModelWidthSpeeds(RotaryHandWritten):
     def angles(self, n, dtype):
         two_i = torch.arange(0, self.d_head, 2, dtype=dtype)
-        return torch.arange(n, dtype=dtype)[:, None] / self.base ** (two_i / self.d_model)
+        return _positions(n, dtype)[:, None] / self.base ** (two_i / self.d_model)
+
+
+class RotaryIgnoringPositions(RotaryHandWritten):
+    """Takes the positions in its signature, then rotates at 0 .. T-1 and 0 .. S-1."""
+
+    def positions(self, q, k):
+        return q.shape[-2], k.shape[-2]
 
 
 class RotaryWithFloat32Angles(RotaryHandWritten):
@@ -352,6 +396,11 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     angles_from_one: ("rotary_angles", ["positions counted from 1"]),
     angles_with_10000: ("rotary_angles", ["ignores the base argument"]),
     angles_multiplied: ("rotary_angles", ["frequency inverted (t * base^(2i/D))"]),
+    angles_of_the_first_positions: (
+        "rotary_angles", ["a tensor of positions ignored: the angles of 0 .. T-1 instead"]),
+    RotaryIgnoringPositions: (
+        "rotary_multi_head_attention",
+        ["query_positions and key_positions ignored (positions counted from 0)"]),
     rotate_interleaved_as_complex: (
         "apply_rotary", ["interleaved pairs (2i, 2i+1) instead of half-split pairs (i, i + D/2)"]),
     rotate_half_with_repeated_tables: (
