@@ -17,8 +17,9 @@ def test_quick_bench_produces_every_figure(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
 
     lessons = results["notebooks"]
-    assert lessons["floor_seconds"] > 0 and lessons["lessons"]
-    assert all(row["seconds"] > 0 and row["ratio_to_floor"] > 0 for row in lessons["lessons"])
+    assert lessons["floor_seconds"] > 0 and lessons["floor_busy_seconds"] > 0 and lessons["lessons"]
+    assert all(row["seconds"] > 0 and row["ratio_to_floor"] > 0 and row["busy_ratio"] > 0
+               for row in lessons["lessons"])
     runs = results["copy_task"]["runs"]
     assert runs and all(run["steps"] > 0 and 0 <= run["accuracy"] <= 1 for run in runs)
     grading = results["grading"]
@@ -45,6 +46,10 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert {row["implementation"] for row in scale["attention"]} == {
         "course attention", "tiled_attention", "tiled in query blocks", "torch sdpa"}
     assert all(row["seconds"] > 0 and row["peak_bytes"] >= 0 for row in scale["attention"])
+    training = results["flash_backward"]
+    assert {row["implementation"] for row in training} == {
+        "course attention", "tiled_attention + autograd", "flash_attention", "torch sdpa"}
+    assert all(row["seconds"] > 0 and row["tensor_bytes"] > 0 for row in training)
     autograder = results["gradescope"]
     assert autograder["runs"] and all(run["exit"] == 0 and run["score"] == 6
                                       for run in autograder["runs"])
