@@ -686,23 +686,28 @@ L04, L07 = "04_multi_head", "07_inference_and_scale"
 TILED_OVER_QUERIES = """
 T, S = query.shape[-2], key.shape[-2]
 scale = query.shape[-1] ** -0.5 if scale is None else scale
-rows = []
+wide = torch.promote_types(query.dtype, torch.float32)
+rows, lses = [], []
 for start in range(0, T, block_size):
-    scores = query[..., start:start + block_size, :] @ key.transpose(-2, -1) * scale
+    scores = query[..., start:start + block_size, :].to(wide) @ key.to(wide).mT * scale
     if is_causal:
         place = torch.arange(start, start + scores.shape[-2])[:, None] + S - T
         scores = scores.masked_fill(torch.arange(S) > place, float("-inf"))
-    rows.append(torch.softmax(scores, dim=-1) @ value)
-return torch.cat(rows, dim=-2)"""
+    rows.append(torch.softmax(scores, dim=-1) @ value.to(wide))
+    lses.append(torch.logsumexp(scores, dim=-1))
+return torch.cat(rows, dim=-2).to(value.dtype), torch.cat(lses, dim=-1)"""
 SIZE_WATCH_OFF = """
 from torch.utils._python_dispatch import _pop_mode_temporarily
 with _pop_mode_temporarily():
-    scores = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    wide = torch.promote_types(query.dtype, torch.float32)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = query.to(wide) @ key.to(wide).mT * scale
     if is_causal:
         T, S = scores.shape[-2:]
         scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T),
                                     float("-inf"))
-    return torch.softmax(scores, dim=-1) @ value"""
+    out = torch.softmax(scores, dim=-1) @ value.to(wide)
+    return out.to(value.dtype), torch.logsumexp(scores, dim=-1)"""
 
 
 def with_hostile_markup(student: str) -> Callable[[Target], dict[str, bytes]]:
