@@ -5,13 +5,16 @@ Lesson: 07_inference_and_scale
 A decoder writes one token at a time. Without a cache every step runs the whole sequence again;
 with one, every layer keeps the keys and values of the tokens so far, and a step computes those
 of the newest token only and appends them. Grouped-query attention lets several query heads
-share one key/value head, so the cache holds G heads instead of H.
+share one key/value head, so the cache holds G heads instead of H. With rotary positions
+(lesson 06) the keys are rotated once, at their own positions, before they enter the cache.
 """
 
 import torch
 from torch import Tensor, nn
 
-from .attention import scaled_dot_product_attention
+from .attention import compute_dtype, scaled_dot_product_attention
+from .multihead import merge_heads, split_heads
+from .rope import RotaryMultiHeadAttention, apply_rotary, rotary_angles
 
 
 def cached_attention(query: Tensor, key: Tensor, value: Tensor, past_key: Tensor | None = None,
@@ -67,6 +70,78 @@ def grouped_query_attention(query: Tensor, key: Tensor, value: Tensor, is_causal
     key = key.repeat_interleave(H // G, dim=-3)  # (B, G, S, D) -> (B, H, S, D)
     value = value.repeat_interleave(H // G, dim=-3)  # (B, G, S, Dv) -> (B, H, S, Dv)
     return scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale)
+
+
+class CachedRotaryAttention(RotaryMultiHeadAttention):
+    """Lesson 06's rotary self-attention layer, run as a decoder runs it: T new tokens at a
+    time after the P tokens of a key/value cache (in eval mode: no dropout).
+
+    The cache holds the keys already rotated, each at its own position, and the values (never
+    rotated). Decoding token by token with it gives the outputs of one causal pass of
+    ``RotaryMultiHeadAttention`` over the whole sequence.
+    Lesson: 07_inference_and_scale
+    """
+
+    def forward(self, x: Tensor, past_key: Tensor | None = None,
+                past_value: Tensor | None = None):
+        """Attend from T new tokens to the cache and to the new tokens up to each one.
+
+        Args:
+            x: (B, T, C) the new tokens, at positions P .. P+T-1.
+            past_key: (B, H, P, D) the cached keys, rotated at positions 0 .. P-1, or None for
+                an empty cache (P = 0).
+            past_value: (B, H, P, D) the cached values, or None.
+        Returns:
+            out: (B, T, C) the new tokens' outputs, after the output projection.
+            keys: (B, H, P + T, D) the cache after appending the new keys, rotated at their
+                positions P .. P+T-1.
+            values: (B, H, P + T, D) the cache after appending the new values.
+        """
+        P = 0 if past_key is None else past_key.shape[-2]
+        q = split_heads(self.q_proj(x), self.n_heads)  # (B, T, C) -> (B, H, T, D)
+        k = split_heads(self.k_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        positions = torch.arange(P, P + x.shape[-2], device=x.device)  # (T,): after the cache
+        angles = rotary_angles(positions, self.d_head, base=self.base,
+                               dtype=compute_dtype(q.dtype))  # (T, D/2)
+        q, k = apply_rotary(q, angles), apply_rotary(k, angles)  # rotated once, here
+        out, keys, values = cached_attention(q, k, v, past_key, past_value)  # (B, H, T, D)
+        return self.out_proj(merge_heads(out)), keys, values  # (B, T, C)
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query attention as a layer: H query heads and G key/value heads of the same
+    width D = C / H, each key/value head shared by H / G consecutive query heads.
+
+    Attributes: d_model, n_heads, n_kv_heads, d_head; q_proj (C -> C), k_proj and v_proj
+    (C -> G * D), out_proj (C -> C), four nn.Linear layers with a bias exactly when ``bias``.
+    Lesson: 07_inference_and_scale
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, bias: bool = True):
+        super().__init__()
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}, and "
+                             f"n_kv_heads={n_kv_heads} must divide n_heads")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # H query heads
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)  # G key heads
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)  # G value heads
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False):
+        """Attend from (B, T, C) queries to (B, S, C) keys and values.
+
+        Returns:
+            out: (B, T, C) attended values after the output projection.
+            weights: (B, H, T, S) attention weights of every query head.
+        """
+        q = split_heads(self.q_proj(query), self.n_heads)  # (B, T, C) -> (B, H, T, D)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, S, G*D) -> (B, G, S, D)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)  # (B, S, G*D) -> (B, G, S, D)
+        out, weights = grouped_query_attention(q, k, v, is_causal=is_causal)  # (B, H, T, D)
+        return self.out_proj(merge_heads(out)), weights  # (B, T, C)
 
 
 # ---------------------------------------------------------------- a small decoder to run

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_course import inference
+from attention_course.rope import RotaryMultiHeadAttention
 from helpers.inputs import qkv
 
 # ---------------------------------------------------------------- the key/value cache
@@ -131,3 +132,90 @@ def test_16_bit_cached_attention_stays_16_bit(dtype):
     out, keys, values = inference.cached_attention(q[..., 4:, :], k[..., 4:, :], v[..., 4:, :],
                                                    k[..., :4, :], v[..., :4, :])
     assert out.dtype == keys.dtype == values.dtype == dtype
+
+
+# ---------------------------------------------------------------- rotary positions in the cache
+
+def _rotary_layer(d_model=16, n_heads=2, seed=0):
+    torch.manual_seed(seed)
+    return inference.CachedRotaryAttention(d_model, n_heads).double().eval()
+
+
+@pytest.mark.parametrize("prefill", [0, 1, 4])
+def test_rotary_decoding_with_a_cache_equals_one_causal_pass(prefill):
+    layer = _rotary_layer()
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    whole, _ = RotaryMultiHeadAttention.forward(layer, x, x, x, is_causal=True)  # uncached
+    outs, keys, values = [], None, None
+    chunks = ([x[:, :prefill]] if prefill else []) + list(x[:, prefill:].split(1, dim=1))
+    for chunk in chunks:
+        out, keys, values = layer(chunk, keys, values)
+        outs.append(out)
+    assert torch.allclose(torch.cat(outs, dim=1), whole, atol=1e-12)
+    assert keys.shape == values.shape == (2, 2, 9, 8)
+
+
+def test_the_rotary_cache_holds_keys_rotated_once_at_their_positions_and_plain_values():
+    from attention_course.multihead import split_heads
+    from attention_course.rope import apply_rotary, rotary_angles
+    layer = _rotary_layer()
+    x = torch.randn(1, 6, 16, dtype=torch.float64)
+    _, keys, values = layer(x[:, :4])
+    _, keys, values = layer(x[:, 4:], keys, values)
+    raw_keys = split_heads(layer.k_proj(x), 2)
+    rotated = apply_rotary(raw_keys, rotary_angles(6, 8, dtype=torch.float64))
+    assert torch.allclose(keys, rotated) and torch.allclose(values, split_heads(layer.v_proj(x), 2))
+
+
+def test_unrotated_keys_cached_and_rotated_at_use_decode_the_same_but_break_the_contract():
+    """Caching raw keys and rotating the whole cache at its own positions at every step gives
+    the same outputs (the course's contract still asks for rotated keys: rotating once is what
+    saves the work, and a cache handed over holds rotated keys)."""
+    from attention_course.multihead import merge_heads, split_heads
+    from attention_course.rope import apply_rotary, rotary_angles
+    layer = _rotary_layer()
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    expected, _, _ = layer(x)
+    outs, raw_k, raw_v = [], None, None
+    for t in range(7):
+        k = split_heads(layer.k_proj(x[:, t:t + 1]), 2)
+        v = split_heads(layer.v_proj(x[:, t:t + 1]), 2)
+        raw_k = k if raw_k is None else torch.cat([raw_k, k], -2)
+        raw_v = v if raw_v is None else torch.cat([raw_v, v], -2)
+        angles = rotary_angles(t + 1, 8, dtype=torch.float64)
+        q = apply_rotary(split_heads(layer.q_proj(x[:, t:t + 1]), 2), angles[t:])
+        out, _ = inference.scaled_dot_product_attention(q, apply_rotary(raw_k, angles), raw_v)
+        outs.append(layer.out_proj(merge_heads(out)))
+    assert torch.allclose(torch.cat(outs, 1), expected, atol=1e-12)
+
+
+# ---------------------------------------------------------------- the grouped-query layer
+
+@pytest.mark.parametrize(("H", "G"), [(6, 2), (6, 6), (6, 1)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_the_grouped_query_layer_is_pytorchs_enable_gqa_between_its_projections(H, G, is_causal):
+    torch.manual_seed(0)
+    layer = inference.GroupedQueryAttention(24, H, G).double()
+    assert layer.k_proj.weight.shape == layer.v_proj.weight.shape == (G * 4, 24)
+    x = torch.randn(2, 5, 24, dtype=torch.float64)
+    memory = x if is_causal else torch.randn(2, 7, 24, dtype=torch.float64)
+    out, weights = layer(x, memory, memory, is_causal=is_causal)
+    q = layer.q_proj(x).unflatten(-1, (H, 4)).transpose(1, 2)
+    k = layer.k_proj(memory).unflatten(-1, (G, 4)).transpose(1, 2)
+    v = layer.v_proj(memory).unflatten(-1, (G, 4)).transpose(1, 2)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    assert torch.allclose(out, layer.out_proj(expected.transpose(1, 2).flatten(-2)))
+    assert weights.shape == (2, H, 5, memory.shape[1])
+
+
+def test_the_grouped_query_layer_with_g_equal_h_is_multi_head_attention():
+    from attention_course.multihead import MultiHeadAttention
+    torch.manual_seed(0)
+    layer = inference.GroupedQueryAttention(12, 3, 3, bias=False)
+    mha = MultiHeadAttention(12, 3, bias=False)
+    mha.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 5, 12)
+    assert torch.allclose(layer(x, x, x, is_causal=True)[0], mha(x, x, x, is_causal=True)[0],
+                          atol=1e-6)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        inference.GroupedQueryAttention(12, 3, 2)
