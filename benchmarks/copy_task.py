@@ -51,8 +51,8 @@ def training_notebook(seed: int) -> tuple[nbformat.NotebookNode, int]:
     notebook.cells = copy.deepcopy(notebook.cells[:index + 1])
     cell = notebook.cells[index]
     seeds = {"torch.manual_seed(0)": f"torch.manual_seed({seed})",
-             "train(model, task, copy_task_loss)":
-                 f"train(model, task, copy_task_loss, TrainConfig(seed={seed}))"}
+             "train(model, task, copy_task_loss, step=train_step)":
+                 f"train(model, task, copy_task_loss, TrainConfig(seed={seed}), step=train_step)"}
     for unseeded, seeded in seeds.items():
         if cell.source.count(unseeded) != 1:
             raise ValueError(f"lesson 05's training cell changed; cannot seed it:\n{cell.source}")

@@ -1,14 +1,16 @@
 """A small decoder-only transformer: lesson 05's block, stacked on the course's embedding.
 
-The block's parts are the lesson's exercises, and each is its own name here: the causal
-self-attention layer, the MLP and the pre-norm ``DecoderBlock`` (x + attention(norm(x)), then
-x + mlp(norm(x))). ``DecoderOnlyTransformer`` is the given code around them: it takes the block
-class as an argument, so the notebook assembles it from the student's own block and nothing in
-it needs the reference block.
+Every class here is one of the lesson's exercises: the causal self-attention layer, the MLP,
+the pre-norm ``DecoderBlock`` (x + attention(norm(x)), then x + mlp(norm(x))), the
+``DecoderOnlyTransformer`` around the blocks (embedding, blocks, final norm, head), and the parts
+of a modern block, ``RMSNorm`` and the ``SwiGLU`` MLP. The model takes the block class as an
+argument, so the notebook assembles it from the student's own block and nothing in it needs the
+reference block.
 
 Lesson: 05_copy_task
 """
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -85,10 +87,11 @@ class DecoderBlock(nn.Module):
 class DecoderOnlyTransformer(nn.Module):
     """Predicts the next token at every position of a (B, T) sequence.
 
-    Token + position embedding, ``n_layers`` blocks built as ``block(d_model, n_heads, d_ff,
-    dropout)``, a final LayerNorm and a linear head over the vocabulary. ``block`` is any class
-    with that constructor whose forward maps (B, T, C) to ((B, T, C), (B, H, T, T) weights): in
-    lesson 05, the student's ``DecoderBlock``.
+    Token + position embedding, ``n_layers`` separate blocks built as ``block(d_model, n_heads,
+    d_ff, dropout)``, a final norm (``norm(d_model)``, a LayerNorm by default) and a linear head
+    over the vocabulary. ``block`` is any class with that constructor whose forward maps
+    (B, T, C) to ((B, T, C), (B, H, T, T) weights): in lesson 05, the student's ``DecoderBlock``.
+    The final norm matters because a pre-norm block never normalises the stream it returns.
 
     The defaults are lesson 05's model: one block of two heads learns the copy task in well under
     a second on a CPU, and its two attention maps are easy to read. ``positions`` ("learned",
@@ -99,25 +102,72 @@ class DecoderOnlyTransformer(nn.Module):
 
     def __init__(self, vocab_size: int, max_len: int, *, block: type[nn.Module],
                  d_model: int = 32, n_heads: int = 2, n_layers: int = 1, d_ff: int | None = None,
-                 dropout: float = 0.0, positions: str = "learned", scale_tokens: bool = True):
+                 dropout: float = 0.0, positions: str = "learned", scale_tokens: bool = True,
+                 norm: type[nn.Module] = nn.LayerNorm):
         super().__init__()
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {positions!r}")
         self.embed = TokenAndPositionEmbedding(
             vocab_size, d_model, max_len, learned_positions=positions == "learned",
             positions=positions != "none", scale_tokens=scale_tokens)
+        width = d_ff or 4 * d_model  # the MLP's hidden units: 4C unless told
         self.blocks = nn.ModuleList(
-            block(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers))
-        self.norm = nn.LayerNorm(d_model)
+            block(d_model, n_heads, width, dropout) for _ in range(n_layers))  # n separate ones
+        self.norm = norm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
-        self.positions = positions
 
     def forward(self, tokens: Tensor, return_attention: bool = False):
         """(B, T) token ids -> (B, T, V) logits [and a list of (B, H, T, T) weights per layer]."""
-        x = self.embed(tokens)  # (B, T) -> (B, T, C)
+        x = self.embed(tokens)  # (B, T) -> (B, T, C): sqrt(C) * token rows + position rows
         attention = []
-        for block in self.blocks:
-            x, weights = block(x)
+        for block in self.blocks:  # first block first
+            x, weights = block(x)  # (B, T, C), (B, H, T, T)
             attention.append(weights)
         logits = self.head(self.norm(x))  # (B, T, C) -> (B, T, V)
         return (logits, attention) if return_attention else logits
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang and Sennrich, 2019), the norm of Llama-style models.
+
+    x / sqrt(mean(x^2) + eps) * weight over the last axis: LayerNorm without subtracting the
+    mean and without a bias. It is computed in float32 (float64 stays float64) and returned in
+    the input's dtype, as Llama does, so that 16-bit inputs are normalised without 16-bit
+    rounding inside. ``torch.nn.RMSNorm`` computes the same.
+    Lesson: 05_copy_task
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # one gain per channel, starts at 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., C) -> (..., C), in the dtype of x."""
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 for 16-bit inputs
+        mean_square = wide.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        normed = wide * torch.rsqrt(mean_square + self.eps)  # (..., C), rms 1
+        return (normed * self.weight).to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """The gated MLP of Llama-style models (Shazeer, 2020): down(silu(gate(x)) * up(x)).
+
+    Two C -> d_ff maps without bias: one, through SiLU, gates the other, position by position
+    and unit by unit; a d_ff -> C map without bias brings the product back. Three matrices
+    instead of two, so models give it about 2/3 of the classic MLP's hidden width for the same
+    parameters. Dropout on the output, in training mode only.
+    Lesson: 05_copy_task
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=False)
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+        self.dropout = dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., C) -> (..., C)."""
+        hidden = F.silu(self.gate(x)) * self.up(x)  # (..., d_ff): the gate times the values
+        return F.dropout(self.down(hidden), self.dropout, self.training)  # -> (..., C)

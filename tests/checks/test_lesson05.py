@@ -1,7 +1,7 @@
 """Lesson 05's checks: what they run on the student's side needs none of the lesson's references,
-the block check tests the block's forward alone, the checks explain the slips that the lesson's
-exercises make likely, and the graded held-out check passes a trained model of the lesson's
-block and nothing else."""
+the block and model checks test their own exercise alone, the checks explain the slips that the
+lesson's exercises make likely, and the graded held-out check passes a trained model of the
+lesson's block (in the student's own model class) and nothing else."""
 
 import inspect
 
@@ -27,7 +27,9 @@ from helpers.answers.lesson05 import (
     AttentionLayerByIsCausal,
     BlockInTwoLines,
     MLPByFunctional,
+    ModelLikeTheLesson,
     loss_by_slicing,
+    step_like_the_lesson,
 )
 from helpers.checking import failure
 from helpers.copy_task import fully_trained, lesson_model
@@ -37,13 +39,16 @@ from helpers.oracles import assert_close
 STUDENT_SIDE = (harness.seeded_parameters, harness.SeededModuleUnderTest,
                 harness.StandInAttention, harness.StandInMLP, harness.stand_in_block_parts,
                 harness.BlockUnderTest, harness.StandInLanguageModel, harness.LossUnderTest,
-                harness.HeldOutRun, harness.model_config)
+                harness.HeldOutRun, harness.model_config, harness.StandInBlock,
+                harness.StandInNorm, harness.ModelUnderTest, harness.RecordingLanguageModel,
+                harness.StandInOptimizer, harness.stand_in_loss, harness.TrainStepUnderTest)
 
 
 def test_the_registry_names_the_references_the_grader_drops():
     references = {p.reference for p in lesson("05_copy_task").practice if p.reference}
     assert references == {"model.CausalSelfAttention", "model.MLP", "model.DecoderBlock",
-                          "training.copy_task_loss"}
+                          "model.DecoderOnlyTransformer", "training.copy_task_loss",
+                          "training.train_step", "model.RMSNorm", "model.SwiGLU"}
     signature = inspect.signature(model.DecoderOnlyTransformer)
     assert signature.parameters["block"].default is inspect.Parameter.empty  # no default block
 
@@ -52,6 +57,7 @@ def test_the_registry_names_the_references_the_grader_drops():
 def test_the_students_side_names_no_reference(part):
     source = inspect.getsource(part)
     assert "reference_model" not in source and "training." not in source
+    assert "import DecoderOnlyTransformer" not in source  # an exercise: absent under the grader
 
 
 def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen):
@@ -62,9 +68,16 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
     parts = nn.ModuleDict(harness.stand_in_block_parts(12, 2))
     block_state = harness.seeded_parameters(parts, 0).state_dict()
     language_model_state = harness.StandInLanguageModel(6, 8).state_dict()
-    for name in ("CausalSelfAttention", "MLP", "DecoderBlock"):
+    configs = {"two": {"vocab_size": 7, "max_len": 9, "d_model": 12, "n_heads": 2,
+                       "n_layers": 2}}
+    model_state = model.DecoderOnlyTransformer(**configs["two"],
+                                               block=harness.StandInBlock).state_dict()
+    step_state = harness.StandInLanguageModel(6, 8).state_dict()
+    for name in ("CausalSelfAttention", "MLP", "DecoderBlock", "DecoderOnlyTransformer",
+                 "RMSNorm", "SwiGLU"):
         monkeypatch.delattr(model, name)
     monkeypatch.delattr(training, "copy_task_loss")
+    monkeypatch.delattr(training, "train_step")
 
     x = torch.randn(2, 5, 12, generator=gen)
     init = {"d_model": 12, "n_heads": 3, "dropout": 0.5}
@@ -78,10 +91,19 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
     sequences = CopyTask(4, 5).batch(3, gen).sequences
     assert harness.LossUnderTest(loss_by_slicing, 6, 8, language_model_state)(sequences, 4) > 0
 
+    tokens = torch.randint(7, (2, 5), generator=gen)
+    logits, weights = harness.ModelUnderTest(ModelLikeTheLesson, configs, {"two": model_state})(
+        tokens, "two", return_attention=True)
+    assert logits.shape == (2, 5, 7) and weights.shape == (2, 2, 2, 5, 5)
+    losses, floats, modes, _ = harness.TrainStepUnderTest(step_like_the_lesson, 6, 8,
+                                                          step_state)(sequences, sequences, 4)
+    assert floats.all() and modes.all() and losses.isfinite().all()
+
     task = CopyTask(10, 10)
-    trained = model.DecoderOnlyTransformer(task.n_tokens, task.context_len, block=BlockInTwoLines)
+    trained = ModelLikeTheLesson(task.n_tokens, task.context_len, block=BlockInTwoLines)
     config = training.TrainConfig(max_steps=3, eval_every=3, target_accuracy=None)
-    history = training.train(trained, task, loss_by_slicing, config, progress=False)
+    history = training.train(trained, task, loss_by_slicing, config, progress=False,
+                             step=step_like_the_lesson)
     assert history.steps == 3
     predicted, sizes, *weights = harness.HeldOutRun(trained, 10, 10, 50)(7)
     assert predicted.shape == (50, 20) and len(weights) == len(trained.state_dict())
@@ -223,6 +245,28 @@ def test_check_copy_accuracy_accepts_a_longer_position_table(copy_model):
 def test_check_copy_accuracy_wants_the_lessons_model():
     with pytest.raises(AssertionError, match="expected the lesson's DecoderOnlyTransformer"):
         check_copy_accuracy(nn.Linear(2, 2))
+
+
+@pytest.mark.slow
+def test_check_copy_accuracy_passes_the_students_own_model_class(capsys):
+    """The student's DecoderOnlyTransformer, trained with the student's step, is graded as the
+    course's is: its sizes are read from its parts, its weights rebuilt in the course's model."""
+    task = CopyTask(seq_len=10, vocab_size=10)
+    torch.manual_seed(0)
+    own = ModelLikeTheLesson(task.n_tokens, task.context_len, block=BlockInTwoLines)
+    history = train(own, task, loss_by_slicing, TrainConfig(seed=0), progress=False,
+                    step=step_like_the_lesson)
+    assert history.reached_target
+    check_copy_accuracy(own)
+    assert capsys.readouterr().out == "ok: copy_accuracy passed 1 check\n"
+
+
+def test_train_without_a_step_uses_the_courses():
+    task = CopyTask(10, 10)
+    torch.manual_seed(0)
+    config = TrainConfig(max_steps=2, eval_every=2, target_accuracy=None)
+    history = train(lesson_model(task), task, copy_task_loss, config, progress=False)
+    assert history.steps == 2 and all(isinstance(loss, float) for loss in history.loss)
 
 
 def test_a_forged_record_of_large_sizes_allocates_nothing_before_its_weights_match():

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attention_course.model import DecoderBlock, DecoderOnlyTransformer
+from attention_course.model import DecoderBlock, DecoderOnlyTransformer, RMSNorm, SwiGLU
 from helpers.copy_task import lesson_model
 from helpers.oracles import assert_close
 
@@ -60,3 +60,38 @@ def test_without_the_scale_tokens_are_added_as_they_are(gen):
     embed = lesson_model(scale_tokens=False).embed
     ids = torch.randint(11, (2, 5), generator=gen)
     assert_close(embed(ids), embed.token(ids) + embed.position[:5])
+
+
+def test_every_layer_is_a_block_of_its_own_and_the_final_norm_is_the_class_given():
+    model = DecoderOnlyTransformer(11, 20, block=DecoderBlock, n_layers=3, norm=RMSNorm)
+    assert len({id(block) for block in model.blocks}) == 3
+    assert isinstance(model.norm, RMSNorm)
+    assert lesson_model().norm.__class__ is torch.nn.LayerNorm
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rms_norm_is_torchs(dtype, gen):
+    ours = RMSNorm(12, eps=1e-3).to(dtype)
+    theirs = torch.nn.RMSNorm(12, eps=1e-3, dtype=dtype)
+    with torch.no_grad():
+        ours.weight.normal_(generator=gen)
+        theirs.weight.copy_(ours.weight)
+    x = torch.randn(2, 5, 12, generator=gen, dtype=dtype)
+    assert_close(ours(x), theirs(x))
+    assert_close(ours(x), x / (x.pow(2).mean(-1, keepdim=True) + 1e-3).sqrt() * ours.weight)
+
+
+def test_rms_norm_of_16_bit_inputs_is_computed_in_float32(gen):
+    x = (300 * torch.randn(3, 12, generator=gen)).half()  # squares above float16's 65504
+    out = RMSNorm(12)(x)
+    assert out.dtype == torch.float16 and out.isfinite().all()
+    assert_close(out.float(), RMSNorm(12)(x.float()), rtol=1e-3, atol=1e-3)
+
+
+def test_swiglu_is_its_definition(gen):
+    layer = SwiGLU(8, 20).eval()
+    x = torch.randn(2, 3, 8, generator=gen)
+    gate, up, down = layer.gate.weight, layer.up.weight, layer.down.weight
+    expected = (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
+    assert_close(layer(x), expected)
+    assert all(module.bias is None for module in (layer.gate, layer.up, layer.down))

@@ -20,6 +20,7 @@ from attention_course.training import (
     sequence_accuracy,
     teacher_forced_accuracy,
     train,
+    train_step,
 )
 from helpers.copy_task import fully_trained, lesson_model, trained
 from helpers.oracles import assert_close
@@ -115,6 +116,45 @@ def test_the_written_out_adamw_is_torch_adamw(gen):
             optimizer.step()
     for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
         assert_close(a, b)
+
+
+def test_train_step_is_the_step_written_out(gen):
+    """zero_grad, loss, backward, (clip), step: the same parameters as by hand, the loss as a
+    float, the model put in training mode, gradients of an earlier step forgotten."""
+    task = CopyTask(seq_len=N, vocab_size=V)
+    torch.manual_seed(2)
+    ours = lesson_model(task, d_model=8, dropout=0.0).double().eval()
+    theirs = copy.deepcopy(ours)
+    for p in ours.parameters():
+        p.grad = torch.ones_like(p)  # stale
+    sequences = task.batch(8, gen).sequences
+    by_hand = AdamW(theirs.parameters(), lr=1e-2)
+    loss = copy_task_loss(theirs, sequences, N)
+    loss.backward()
+    nn.utils.clip_grad_norm_(theirs.parameters(), 0.5)
+    by_hand.step()
+    returned = train_step(ours, AdamW(ours.parameters(), lr=1e-2), copy_task_loss, sequences, N,
+                          max_norm=0.5)
+    assert type(returned) is float and returned == pytest.approx(loss.item())
+    assert ours.training
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        assert_close(a, b)
+
+
+def test_train_hands_each_batch_to_the_step_it_is_given():
+    task = CopyTask(seq_len=N, vocab_size=V)
+    seen = []
+
+    def step(model, optimizer, loss_fn, sequences, n):
+        seen.append((optimizer.lr, sequences.shape, n))
+        return train_step(model, optimizer, loss_fn, sequences, n)
+
+    torch.manual_seed(0)
+    config = TrainConfig(max_steps=4, eval_every=4, warmup_steps=2, target_accuracy=None)
+    history = train(lesson_model(task), task, copy_task_loss, config, progress=False, step=step)
+    assert [lr for lr, _, _ in seen] == [config.lr / 2, config.lr, config.lr, config.lr]
+    assert all(shape == (config.batch_size, 2 * N + 1) and n == N for _, shape, n in seen)
+    assert len(history.loss) == 4
 
 
 def test_train_uses_the_given_loss_and_stops_at_max_steps():

@@ -1,6 +1,7 @@
 """Checks for lesson 05_copy_task: the causal self-attention layer, the MLP, the pre-norm decoder
-block, the copy-task loss (the causal shift and the answer mask), and the trained model's
-held-out accuracy.
+block, the model around the blocks, the copy-task loss (the causal shift and the answer mask),
+the training step, the trained model's held-out accuracy, and a modern block's RMSNorm and
+SwiGLU MLP.
 
 The student's side (what builds and runs the student's objects: stand-in parts made of torch.nn,
 the module and loss under test, the held-out run) is in ``harness``, where it runs in the
@@ -24,7 +25,11 @@ from .student.harness import (
     POSITION_CODES,
     BlockUnderTest,
     LossUnderTest,
+    ModelUnderTest,
+    StandInBlock,
     StandInLanguageModel,
+    StandInNorm,
+    TrainStepUnderTest,
     seeded_parameters,
     stand_in_block_parts,
 )
@@ -266,6 +271,129 @@ def check_decoder_block(cls, seed: int = 0) -> None:
     run_check(exercise, student, cases, reference_parameters=reference.probe_parameters)
 
 
+# ---------------------------------------------------------------- the model around the blocks
+
+MODEL_SIZES = {"vocab_size": 7, "max_len": 9, "d_model": 12, "n_heads": 2}
+MODEL_CONFIGS = {
+    "two blocks": MODEL_SIZES | {"n_layers": 2},
+    "sinusoidal": MODEL_SIZES | {"n_layers": 1, "positions": "sinusoidal", "scale_tokens": False,
+                                 "d_ff": 20},
+    "three blocks": MODEL_SIZES | {"n_layers": 3, "positions": "none", "norm": "stand-in"},
+}
+
+
+def model_states(seed: int) -> dict:
+    """Seeded weights of the reference model, with stand-in blocks, for each configuration."""
+    states = {}
+    for name, init in MODEL_CONFIGS.items():
+        init = dict(init)
+        if init.get("norm") == "stand-in":
+            init["norm"] = StandInNorm
+        reference = reference_model.DecoderOnlyTransformer(**init, block=StandInBlock)
+        states[name] = seeded_parameters(reference, 400 + seed).state_dict()
+    return states
+
+
+def model_variant(model, tokens, config, return_attention=False, double=False, *,
+                  final_norm=True, order="first", shared=False, scale="honoured",
+                  positions="embedding", attention="asked"):
+    """The reference model's forward done wrong: no ``final_norm``, the weights in reversed
+    ``order`` or only the "last" block's, one block (the last loaded) ``shared`` by every layer,
+    the token ``scale`` "never" or "always" applied, ``positions`` added "after" the blocks, or
+    the ``attention`` weights "never" returned."""
+    embed = model.embed
+    tokens_only = embed.token(tokens)  # (B, T, C)
+    root_c = embed.token.embedding_dim ** 0.5
+    factor = {"honoured": root_c if embed.scale_tokens else 1.0, "never": 1.0,
+              "always": root_c}[scale]
+    position = embed.position[: tokens.shape[-1]]
+    x = tokens_only * factor + (position if positions == "embedding" else 0)
+    blocks = [model.blocks[-1]] * len(model.blocks) if shared else list(model.blocks)
+    weights = []
+    for block in blocks:
+        x, w = block(x)
+        weights.append(w)
+    if positions == "after":
+        x = x + position
+    logits = model.head(model.norm(x) if final_norm else x)
+    if not return_attention:
+        return logits, torch.zeros(0)
+    if attention == "never":
+        return logits
+    weights = weights[::-1] if order == "reversed" else weights[-1:] if order == "last" else \
+        weights
+    return logits, torch.stack(weights)
+
+
+MODEL_MISTAKES = (
+    Mistake("no final norm before the head",
+            "A pre-norm block never normalises the stream it returns: the model normalises it "
+            "once more (self.norm) before the head.", {"final_norm": False}),
+    Mistake("one block used for every layer",
+            "Build n_layers separate blocks, each with its own weights: repeating one block "
+            "object in the list shares its weights between the layers.", {"shared": True}),
+    Mistake("attention weights returned last block first",
+            "Collect each block's weights as the stream goes through them, first block first.",
+            {"order": "reversed"}),
+    Mistake("only the last block's attention weights returned",
+            "Return one (B, H, T, T) tensor per block, in a list: keep every block's weights, "
+            "not only the last one's.", {"order": "last"}),
+    Mistake("return_attention ignored (no weights returned)",
+            "With return_attention=True the model returns (logits, list of weights).",
+            {"attention": "never"}),
+    Mistake("embedding not scaled by sqrt(C)",
+            "Lesson 01's embedding multiplies the token rows by sqrt(C) before adding the "
+            "positions (self.embed does it when scale_tokens is true).", {"scale": "never"}),
+    Mistake("scale_tokens not passed on to the embedding",
+            "Pass scale_tokens (and positions) on to the embedding: with scale_tokens=False the "
+            "token rows are added as they are.", {"scale": "always"}),
+    Mistake("positions added after the blocks",
+            "The positions go into the stream before the first block, with the tokens: the "
+            "blocks' attention is what needs them.", {"positions": "after"}),
+)
+
+
+def check_decoder_only_transformer(cls, seed: int = 0) -> None:
+    """Check a DecoderOnlyTransformer class (the student's constructor and forward).
+
+    The model is built with stand-in blocks (so that it is tested alone), for three
+    configurations (two blocks with learned positions; one block, sinusoidal positions, no
+    sqrt(C), d_ff given; three blocks, no positions, another norm class), loaded with seeded
+    weights and run in eval mode, in float32 and float64.
+    Lesson: 05_copy_task
+    """
+    states = model_states(seed)
+    reference = ModelUnderTest(reference_model.DecoderOnlyTransformer, MODEL_CONFIGS, states)
+    exercise = Exercise(
+        name="DecoderOnlyTransformer",
+        reference=reference,
+        inputs=("tokens",),
+        outputs=(("logits", "(B, T, V)"),
+                 ("attention", "(n_layers, B, H, T, T): the list of weights, stacked (empty "
+                               "without return_attention)")),
+        variant=lambda tokens, config, return_attention=False, double=False, **knobs:
+            model_variant(reference.module(config, double), tokens, config, return_attention,
+                          double, **knobs),
+        mistakes=MODEL_MISTAKES,
+        forbidden=forbid([reference_model.DecoderOnlyTransformer.forward]),
+    )
+    student = Harnessed(harness.ModelUnderTest, (cls, MODEL_CONFIGS, states))
+    g = seeded_generator(seed)
+    tokens = lambda B, T: torch.randint(7, (B, T), generator=g)  # noqa: E731
+    cases = [
+        Case("two blocks, learned positions: tokens (3, 6)", (tokens(3, 6), "two blocks")),
+        Case("two blocks, with return_attention=True", (tokens(3, 6), "two blocks"),
+             {"return_attention": True}),
+        Case("one block, sinusoidal positions, scale_tokens=False, d_ff=20",
+             (tokens(2, 5), "sinusoidal"), {"return_attention": True}),
+        Case("three blocks, no positions, another norm class, T = max_len = 9",
+             (tokens(2, 9), "three blocks"), {"return_attention": True}),
+        Case("float64, with gradients for every parameter", (tokens(2, 7), "two blocks"),
+             {"double": True}, grad=True),
+    ]
+    run_check(exercise, student, cases, reference_parameters=reference.probe_parameters)
+
+
 # ---------------------------------------------------------------- the copy-task loss
 
 def loss_variant(language_model, sequences, n, *, targets="next", positions="answer", start=0,
@@ -342,6 +470,119 @@ def check_copy_task_loss(fn, seed: int = 0) -> None:
              (CopyTask(4, 5).batch(2, g).sequences, 4), {"dtype": torch.float64}, grad=True),
     ]
     run_check(exercise, student, cases, reference_parameters=reference.probe_parameters)
+
+
+# ---------------------------------------------------------------- the training step
+
+TRAIN_STEP_SIZES = (6, 8)  # the stand-in language model: 5 digits and the separator, 8 positions
+
+
+def step_variant(model, optimizer, loss_fn, sequences, n, max_norm=None, *, zero="first",
+                 mode="train", returned="number", clip="norm"):
+    """The reference step done wrong: gradients ``zero``ed "never" or "late" (after the
+    backward, so that the update sees none), the model left in "eval" ``mode``, the loss
+    ``returned`` as a "tensor", or the gradients clipped "never", "per parameter" or by
+    "value"."""
+    if mode == "train":
+        model.train()
+    if zero == "first":
+        optimizer.zero_grad()
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if zero == "late":
+        optimizer.zero_grad()
+    if max_norm is not None and clip == "norm":
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    elif max_norm is not None and clip == "per parameter":
+        for p in model.parameters():
+            nn.utils.clip_grad_norm_(p, max_norm)
+    elif max_norm is not None and clip == "value":
+        nn.utils.clip_grad_value_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss.item() if returned == "number" else loss
+
+
+def _returned_a_tensor(got, expected) -> bool:
+    """A sign: the step returned something that is not a Python float (a tensor, say)."""
+    return bool(expected[1].all() and not got[1].any() and torch.allclose(got[0], expected[0]))
+
+
+def _left_in_eval_mode(got, expected) -> bool:
+    return bool(expected[2].all() and not got[2].any())
+
+
+def _returned_nothing(got, expected) -> bool:
+    return bool(got[0].isnan().all() and not expected[0].isnan().any())
+
+
+TRAIN_STEP_MISTAKES = (
+    Mistake("nothing returned",
+            "Return the loss of this step as a number: the training loop records it.",
+            sign=_returned_nothing),
+    Mistake("loss returned as a tensor, not a number",
+            "Return a Python float (the tensor's item). The tensor holds on to the whole graph "
+            "of the step, and a loop that keeps it for its history keeps every step's graph.",
+            sign=_returned_a_tensor),
+    Mistake("model left in eval mode",
+            "Put the model in training mode first (its train method): dropout is on only in "
+            "training mode, and an evaluation may have left the model in eval mode.",
+            sign=_left_in_eval_mode),
+    Mistake("gradients never zeroed (they add up from step to step)",
+            "backward() adds to .grad: have the optimizer forget the old gradients (zero_grad) "
+            "before each backward, or each update also carries every earlier step's "
+            "gradients.", {"zero": "never"}),
+    Mistake("the update never sees this step's gradients",
+            "Order matters: zero the old gradients, then backward, then step. Zeroing between "
+            "backward and step, or stepping before backward, updates nothing with this "
+            "step's gradients.", {"zero": "late"}),
+    Mistake("max_norm ignored (gradients not clipped)",
+            "When max_norm is given, scale the gradients down (nn.utils.clip_grad_norm_) "
+            "after backward and before step.", {"clip": "never"}),
+    Mistake("each parameter clipped on its own",
+            "The norm is that of all the gradients together: pass all the model's parameters "
+            "to one clip_grad_norm_ call.", {"clip": "per parameter"}),
+    Mistake("gradients clipped by value instead of by norm",
+            "clip_grad_value_ cuts each entry; the contract scales all gradients together so "
+            "that their norm is at most max_norm (clip_grad_norm_).", {"clip": "value"}),
+)
+
+
+def check_train_step(fn, seed: int = 0) -> None:
+    """Check train_step(model, optimizer, loss_fn, sequences, n, max_norm=None) -> float.
+
+    Two steps on a stand-in language model that starts in eval mode with stale gradients, with a
+    plain gradient-descent optimizer: the returned losses, their type, the model's mode at each
+    forward and every parameter afterwards are compared with the course's step.
+    Lesson: 05_copy_task
+    """
+    vocab_size, max_len = TRAIN_STEP_SIZES
+    torch.manual_seed(500 + seed)
+    state = StandInLanguageModel(vocab_size, max_len).state_dict()
+    reference = TrainStepUnderTest(training.train_step, vocab_size, max_len, state)
+    exercise = Exercise(
+        name="train_step",
+        reference=reference,
+        inputs=("first", "second", "n"),
+        outputs=(("losses", "(2,) the two losses returned, as numbers"),
+                 ("returned_float", "(2,) whether each was a Python float"),
+                 ("training_mode", "(2,) the model's mode at each forward"),
+                 ("parameters", "(P,) every parameter after the two steps")),
+        variant=lambda first, second, n, max_norm=None, **knobs: TrainStepUnderTest(
+            lambda *args, **kwargs: step_variant(*args, **kwargs, **knobs),
+            vocab_size, max_len, state)(first, second, n, max_norm),
+        mistakes=TRAIN_STEP_MISTAKES,
+        forbidden=forbid([training.train_step]),
+    )
+    student = Harnessed(harness.TrainStepUnderTest, (fn, vocab_size, max_len, state))
+    g = seeded_generator(seed)
+    batch = lambda B: CopyTask(3, 5).batch(B, g).sequences  # noqa: E731  (B, 7)
+    cases = [
+        Case("two steps on batches of 4 and 3 sequences of n = 3 digits",
+             (batch(4), batch(3), 3)),
+        Case("two steps with max_norm=0.05 (the gradients are clipped)",
+             (batch(4), batch(4), 3), {"max_norm": 0.05}),
+    ]
+    run_check(exercise, student, cases)
 
 
 # ---------------------------------------------------------------- the trained model, held out
@@ -439,3 +680,168 @@ def check_copy_accuracy(model, seed: int = 0) -> None:
     student = Harnessed(harness.HeldOutRun, (model, COPY_TASK.seq_len, COPY_TASK.vocab_size,
                                              HELD_OUT_SEQUENCES))
     run_check(COPY_ACCURACY, student, cases)
+
+
+# ---------------------------------------------------------------- a modern block: RMSNorm
+
+RMS_SIZES = {"d_model": 12, "eps": 0.01}
+_RMS_BUILT_INS = ("rms_norm",)  # F.rms_norm, torch.rms_norm and nn.RMSNorm's forward
+
+
+def rms_norm_variant(module, x, *, center=False, root=True, eps="inside", gain=True,
+                     axis="last", precision="wide"):
+    """RMSNorm done wrong: the mean subtracted (``center``), no square ``root``, ``eps``
+    "outside" the root, "none" or "fixed" at 1e-6, no ``gain``, the mean over "all" axes, or
+    the arithmetic in the input's 16-bit ``precision``."""
+    wide = x if precision == "narrow" else x.to(torch.promote_types(x.dtype, torch.float32))
+    dims = tuple(range(wide.ndim)) if axis == "all" else (-1,)
+    if center:
+        wide = wide - wide.mean(dim=dims, keepdim=True)
+    mean_square = wide.pow(2).mean(dim=dims, keepdim=True)
+    e = {"inside": module.eps, "outside": module.eps, "none": 0.0, "fixed": 1e-6}[eps]
+    if eps == "outside":
+        scale = mean_square.sqrt() + e if root else mean_square + e
+    else:
+        scale = (mean_square + e).sqrt() if root else mean_square + e
+    normed = wide / scale
+    weight = module.weight.to(normed.dtype)
+    return (normed * weight if gain else normed).to(x.dtype)
+
+
+RMS_NORM_MISTAKES = (
+    Mistake("mean subtracted (that is LayerNorm)",
+            "RMSNorm divides by the root of the mean of the squares and subtracts nothing: "
+            "no centring, and no bias.", {"center": True}),
+    Mistake("mean square not square-rooted",
+            "Divide by sqrt(mean(x^2) + eps), the root mean square, not by the mean square.",
+            {"root": False}),
+    Mistake("eps added after the square root",
+            "eps goes inside the root: sqrt(mean(x^2) + eps).", {"eps": "outside"}),
+    Mistake("eps left out",
+            "Add eps to the mean square: a row of zeros (or of tiny values) must not divide by "
+            "0.", {"eps": "none"}),
+    Mistake("the eps argument ignored (a fixed eps)",
+            "Use the eps the constructor was given (kept on self), not a number of your own.",
+            {"eps": "fixed"}),
+    Mistake("gain (weight) not applied",
+            "Multiply the normalised x by self.weight, one learned gain per channel.",
+            {"gain": False}),
+    Mistake("mean over every axis instead of the last",
+            "Each position is normalised on its own: the mean of the squares runs over the "
+            "last axis (C) only, with keepdim=True.", {"axis": "all"}),
+    Mistake("computed in 16-bit (the squares overflow)",
+            "Compute in float32 and return the input's dtype: the square of a float16 entry "
+            "above 256 is inf.", {"precision": "narrow"}),
+)
+
+
+def check_rms_norm(cls, seed: int = 0) -> None:
+    """Check an RMSNorm class (the student's constructor and forward): built as
+    RMSNorm(d_model=12, eps=0.01), with a seeded weight, on inputs of ordinary size, tiny
+    inputs (where eps matters), float64, and float16 inputs with entries in the hundreds.
+    Lesson: 05_copy_task
+    """
+    weights_seed = 600 + seed
+    reference = seeded_parameters(reference_model.RMSNorm(**RMS_SIZES), weights_seed)
+    references = {torch.float64: copy.deepcopy(reference).double()}
+    pick = lambda x: references.get(x.dtype, reference)  # noqa: E731
+    exercise = Exercise(
+        name="RMSNorm",
+        reference=lambda x: pick(x)(x),
+        inputs=("x",),
+        outputs=(("out", "(..., C)"),),
+        variant=lambda x, **knobs: rms_norm_variant(pick(x), x, **knobs),
+        mistakes=RMS_NORM_MISTAKES,
+        forbidden=forbid([reference_model.RMSNorm.forward], builtins=_RMS_BUILT_INS),
+    )
+    student = Harnessed(harness.SeededModuleUnderTest, (cls, RMS_SIZES, ("weight",),
+                                                        weights_seed))
+    g = seeded(seed)
+    cases = [
+        Case("B, T, C = 2, 5, 12", (randn(2, 5, 12, generator=g),)),
+        Case("7 positions without a batch axis, entries near 0.05 (eps matters)",
+             (0.05 * randn(7, 12, generator=g),)),
+        Case("float64, with gradients for x and the weight",
+             (randn(2, 4, 12, generator=g, dtype=torch.float64),), grad=True),
+        Case("float16 entries in the hundreds (out is float16)",
+             ((300 * randn(3, 12, generator=g)).half(),)),
+    ]
+    run_check(exercise, student, cases,
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
+
+
+# ---------------------------------------------------------------- a modern block: SwiGLU
+
+SWIGLU_NAMES = ("gate.weight", "up.weight", "down.weight")
+SWIGLU_SIZES = {"d_model": 12, "d_ff": 20}
+
+
+def swiglu_variant(x, seed: int, *, gate="silu", swapped=False, where="gate", width="d_ff"):
+    """A seeded reference SwiGLU run the wrong way: another ``gate`` function ("gelu",
+    "sigmoid", "none"), gate and up ``swapped``, the SiLU applied to the "product", no
+    gating at all ("ungated": down(silu(gate(x)))), or another hidden ``width``."""
+    C, d_ff = SWIGLU_SIZES["d_model"], SWIGLU_SIZES["d_ff"]
+    hidden = {"d_ff": d_ff, "4C": 4 * C}[width]
+    layer = seeded_parameters(reference_model.SwiGLU(C, hidden), seed).to(x.dtype)
+    act = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "none": lambda h: h}[gate]
+    a, b = (layer.up(x), layer.gate(x)) if swapped else (layer.gate(x), layer.up(x))
+    if where == "product":
+        return layer.down(act(a * b))
+    if where == "ungated":
+        return layer.down(act(a))
+    return layer.down(act(a) * b)
+
+
+SWIGLU_MISTAKES = (
+    Mistake("SiLU on the up branch instead of the gate",
+            "The gate is the branch that goes through SiLU: silu(gate(x)) * up(x).",
+            {"swapped": True}),
+    Mistake("GELU instead of SiLU",
+            "SwiGLU gates with SiLU (x * sigmoid(x), F.silu); GELU makes GeGLU.",
+            {"gate": "gelu"}),
+    Mistake("sigmoid instead of SiLU (that is GLU)",
+            "SiLU is x * sigmoid(x), not sigmoid(x) alone: use F.silu.", {"gate": "sigmoid"}),
+    Mistake("no nonlinearity on the gate",
+            "Put SiLU on gate(x) before multiplying: a product of two linear maps is only "
+            "quadratic, not the gated unit.", {"gate": "none"}),
+    Mistake("SiLU applied to the product",
+            "SiLU acts on the gate alone, then multiplies the up branch: "
+            "silu(gate(x)) * up(x).", {"where": "product"}),
+    Mistake("up branch never used (no gating)",
+            "Multiply the gated values by the up branch, unit by unit, before down.",
+            {"where": "ungated"}),
+    Mistake("hidden width 4 * d_model instead of d_ff",
+            "The hidden width is the d_ff argument.", {"width": "4C"}),
+    dropout_in_eval_mode(0),
+)
+
+
+def check_swiglu(cls, seed: int = 0) -> None:
+    """Check a SwiGLU class (the student's constructor and forward): built as
+    SwiGLU(d_model=12, d_ff=20, dropout=0.5) with parameters named as the contract says,
+    seeded weights, run in eval mode in float32 and float64.
+    Lesson: 05_copy_task
+    """
+    weights_seed = 700 + seed
+    reference = seeded_parameters(reference_model.SwiGLU(**SWIGLU_SIZES), weights_seed).eval()
+    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+    exercise = Exercise(
+        name="SwiGLU",
+        reference=lambda x: references[x.dtype](x),
+        inputs=("x",),
+        outputs=(("out", "(..., C)"),),
+        variant=lambda x, **knobs: swiglu_variant(x, weights_seed, **knobs),
+        mistakes=SWIGLU_MISTAKES,
+        forbidden=forbid([reference_model.SwiGLU.forward]),
+    )
+    init = SWIGLU_SIZES | {"dropout": 0.5}
+    student = Harnessed(harness.SeededModuleUnderTest, (cls, init, SWIGLU_NAMES, weights_seed))
+    g = seeded(seed)
+    cases = [
+        Case("B, T, C = 2, 5, 12 with d_ff = 20", (randn(2, 5, 12, generator=g),)),
+        Case("7 positions without a batch axis, (T, C) = (7, 12)", (randn(7, 12, generator=g),)),
+        Case("float64, with gradients for x and every parameter",
+             (randn(2, 4, 12, generator=g, dtype=torch.float64),), grad=True),
+    ]
+    run_check(exercise, student, cases,
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))

@@ -1,6 +1,6 @@
 """Lesson 05's answers as students write them: the classes a student starts from, three correct
-styles per exercise, shortcuts, and answers with a catalogued mistake (some recognised by a
-sign)."""
+styles per exercise (the model, the training step, RMSNorm and SwiGLU too), shortcuts, and
+answers with a catalogued mistake (some recognised by a sign)."""
 
 import math
 
@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import masks, model, multihead, training
+from attention_course.embeddings import TokenAndPositionEmbedding, token_and_position_embedding
 
 # ---------------------------------------------------------------- correct
 
@@ -138,21 +139,207 @@ def loss_by_gather(model, sequences, n):
     return -picked[:, n:].mean()
 
 
+class ModelLikeTheLesson(nn.Module):
+    """The model, as the lesson's solution writes it."""
+
+    def __init__(self, vocab_size, max_len, *, block, d_model=32, n_heads=2, n_layers=1,
+                 d_ff=None, dropout=0.0, positions="learned", scale_tokens=True,
+                 norm=nn.LayerNorm):
+        super().__init__()
+        self.embed = TokenAndPositionEmbedding(
+            vocab_size, d_model, max_len, learned_positions=positions == "learned",
+            positions=positions != "none", scale_tokens=scale_tokens)
+        d_ff = d_ff or 4 * d_model
+        self.blocks = nn.ModuleList([block(d_model, n_heads, d_ff, dropout)
+                                     for _ in range(n_layers)])
+        self.norm = norm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens, return_attention=False):
+        x = self.embed(tokens)
+        attention = []
+        for block in self.blocks:
+            x, weights = block(x)
+            attention.append(weights)
+        logits = self.head(self.norm(x))
+        return (logits, attention) if return_attention else logits
+
+
+class ModelWritingOutTheEmbedding(ModelLikeTheLesson):
+    """Lesson 01's sum written out from the embedding's tables, weights kept in a tuple."""
+
+    def forward(self, tokens, return_attention=False):
+        T, C = tokens.shape[-1], self.head.in_features
+        rows = self.embed.token.weight[tokens]
+        if self.embed.scale_tokens:
+            rows = rows * math.sqrt(C)
+        x = rows + self.embed.position[:T]
+        weights = ()
+        for block in self.blocks:
+            x, w = block(x)
+            weights += (w,)
+        out = self.head(self.norm(x))
+        if return_attention:
+            return out, list(weights)
+        return out
+
+
+class ModelByLessonOneFunction(nn.Module):
+    """Blocks added one by one with add_module; lesson 01's function where the tokens are
+    scaled."""
+
+    def __init__(self, vocab_size, max_len, *, block, d_model=32, n_heads=2, n_layers=1,
+                 d_ff=None, dropout=0.0, positions="learned", scale_tokens=True,
+                 norm=nn.LayerNorm):
+        super().__init__()
+        self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len,
+                                               positions == "learned",
+                                               positions=positions != "none",
+                                               scale_tokens=scale_tokens)
+        self.blocks = nn.ModuleList()
+        for _ in range(n_layers):
+            self.blocks.append(block(d_model, n_heads, 4 * d_model if d_ff is None else d_ff,
+                                     dropout))
+        self.norm, self.head = norm(d_model), nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens, return_attention=False):
+        if self.embed.scale_tokens:
+            x = token_and_position_embedding(tokens, self.embed.token.weight, self.embed.position)
+        else:
+            x = self.embed(tokens)
+        maps = []
+        for i in range(len(self.blocks)):
+            x, w = self.blocks[i](x)
+            maps.append(w)
+        logits = self.head(self.norm(x))
+        return (logits, maps) if return_attention else logits
+
+
+def step_like_the_lesson(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss.item()
+
+
+def step_zeroing_by_hand(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train(True)
+    for p in model.parameters():
+        p.grad = None
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm:
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=max_norm)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def step_clipping_by_hand(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm is not None:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        total = torch.sqrt(sum((g ** 2).sum() for g in grads))
+        factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(factor)
+    optimizer.step()
+    value = loss.item()
+    return value
+
+
+class RMSNormLikeTheLesson(nn.Module):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x):
+        wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        normed = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (normed * self.weight).to(x.dtype)
+
+
+class RMSNormInFloat64(RMSNormLikeTheLesson):
+    def forward(self, x):
+        wide = x.double()
+        rms = (wide.square().mean(-1, keepdim=True) + self.eps).sqrt()
+        return (wide / rms * self.weight.double()).to(x.dtype)
+
+
+class RMSNormByVectorNorm(RMSNormLikeTheLesson):
+    def forward(self, x):
+        h = x.to(torch.float32) if x.element_size() < 4 else x
+        C = h.shape[-1]
+        rms = torch.sqrt(torch.linalg.vector_norm(h, dim=-1, keepdim=True) ** 2 / C + self.eps)
+        return (self.weight * (h / rms)).type_as(x)
+
+
+class SwiGLULikeTheLesson(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=False)
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+        self.dropout = dropout
+
+    def forward(self, x):
+        hidden = F.silu(self.gate(x)) * self.up(x)
+        return F.dropout(self.down(hidden), self.dropout, self.training)
+
+
+class SwiGLUByModules(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.gate = nn.Linear(d_model, d_ff, bias=False)
+        self.act = nn.SiLU()
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.drop(self.down(self.act(self.gate(x)) * self.up(x)))
+
+
+class SwiGLUBySigmoid(SwiGLULikeTheLesson):
+    def forward(self, x):
+        g = self.gate(x)
+        out = self.down(g * torch.sigmoid(g) * self.up(x))
+        return F.dropout(out, self.dropout) if self.training else out
+
+
 CORRECT = {
     "causal_self_attention": [AttentionLayerByIsCausal, AttentionLayerByTril,
                               AttentionLayerByCourseMask],
     "mlp": [MLPByFunctional, MLPByModules, MLPByErf],
     "decoder_block": [BlockInTwoLines, BlockWithNames, BlockByLoop],
     "copy_task_loss": [loss_by_slicing, loss_by_position_mask, loss_by_gather],
+    "decoder_only_transformer": [ModelLikeTheLesson, ModelWritingOutTheEmbedding,
+                                 ModelByLessonOneFunction],
+    "train_step": [step_like_the_lesson, step_zeroing_by_hand, step_clipping_by_hand],
+    "rms_norm": [RMSNormLikeTheLesson, RMSNormInFloat64, RMSNormByVectorNorm],
+    "swiglu": [SwiGLULikeTheLesson, SwiGLUByModules, SwiGLUBySigmoid],
 }
 REFERENCES = {
     "causal_self_attention": model.CausalSelfAttention.forward,
     "mlp": model.MLP.forward,
     "decoder_block": model.DecoderBlock.forward,
     "copy_task_loss": training.copy_task_loss,
+    "decoder_only_transformer": model.DecoderOnlyTransformer.forward,
+    "train_step": training.train_step,
+    "rms_norm": model.RMSNorm.forward,
+    "swiglu": model.SwiGLU.forward,
 }
 PRINTED_NAME = {"causal_self_attention": "CausalSelfAttention.forward", "mlp": "MLP",
-                "decoder_block": "DecoderBlock.forward"}
+                "decoder_block": "DecoderBlock.forward",
+                "decoder_only_transformer": "DecoderOnlyTransformer", "rms_norm": "RMSNorm",
+                "swiglu": "SwiGLU"}
 # the stubs a student starts from, where they are classes with a given constructor
 STUBS = {"causal_self_attention": StudentCausalSelfAttention, "decoder_block": StudentBlock}
 
@@ -174,8 +361,42 @@ class BlockCallingReference(StudentBlock):
         return model.DecoderBlock.forward(self, x)
 
 
+class ModelCallingReference(ModelLikeTheLesson):
+    def forward(self, tokens, return_attention=False):
+        return model.DecoderOnlyTransformer.forward(self, tokens, return_attention)
+
+
+class RMSNormCallingReference(RMSNormLikeTheLesson):
+    def forward(self, x):
+        return model.RMSNorm.forward(self, x)
+
+
+class SwiGLUCallingReference(SwiGLULikeTheLesson):
+    def forward(self, x):
+        return model.SwiGLU.forward(self, x)
+
+
 CALLING_THE_REFERENCE = {"causal_self_attention": AttentionLayerCallingReference,
-                         "mlp": MLPCallingReference, "decoder_block": BlockCallingReference}
+                         "mlp": MLPCallingReference, "decoder_block": BlockCallingReference,
+                         "decoder_only_transformer": ModelCallingReference,
+                         "rms_norm": RMSNormCallingReference, "swiglu": SwiGLUCallingReference}
+
+
+class RMSNormByFunctional(RMSNormLikeTheLesson):
+    def forward(self, x):
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        return F.rms_norm(h, (x.shape[-1],), self.weight.to(h.dtype), self.eps).to(x.dtype)
+
+
+class RMSNormByTorchModule(RMSNormLikeTheLesson):
+    def forward(self, x):
+        norm = nn.RMSNorm(x.shape[-1], eps=self.eps, dtype=self.weight.dtype)
+        norm.weight = self.weight
+        return norm(x.to(self.weight.dtype)).to(x.dtype)
+
+
+BUILT_INS = {"rms_norm": {"F.rms_norm": RMSNormByFunctional,
+                          "nn.RMSNorm": RMSNormByTorchModule}}
 
 
 # ---------------------------------------------------------------- mistakes recognised by a sign
@@ -191,10 +412,50 @@ class MLPDroppingOutInEvalMode(MLPByFunctional):
         return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout)
 
 
+class SwiGLUDroppingOutInEvalMode(SwiGLULikeTheLesson):
+    def forward(self, x):
+        return F.dropout(self.down(F.silu(self.gate(x)) * self.up(x)), self.dropout)
+
+
+def step_returning_nothing(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    loss_fn(model, sequences, n).backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+
+
+def step_returning_the_tensor(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss
+
+
+def step_in_eval_mode(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    optimizer.zero_grad()
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss.item()
+
+
 SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their answer}
     ("causal_self_attention", "dropout applied in eval mode"): {
         "F.dropout(out, p)": AttentionLayerDroppingOutInEvalMode},
     ("mlp", "dropout applied in eval mode"): {"F.dropout(out, p)": MLPDroppingOutInEvalMode},
+    ("swiglu", "dropout applied in eval mode"): {"F.dropout(out, p)": SwiGLUDroppingOutInEvalMode},
+    ("train_step", "nothing returned"): {"no return": step_returning_nothing},
+    ("train_step", "loss returned as a tensor, not a number"): {
+        "return loss": step_returning_the_tensor},
+    ("train_step", "model left in eval mode"): {"no model.train()": step_in_eval_mode},
 }
 
 
@@ -269,6 +530,116 @@ def loss_summed(model, sequences, n):
     return F.cross_entropy(logits.flatten(0, 1), sequences[:, n + 1:].flatten(), reduction="sum")
 
 
+class ModelWithoutFinalNorm(ModelLikeTheLesson):
+    def forward(self, tokens, return_attention=False):
+        x = self.embed(tokens)
+        attention = []
+        for block in self.blocks:
+            x, weights = block(x)
+            attention.append(weights)
+        logits = self.head(x)
+        return (logits, attention) if return_attention else logits
+
+
+class ModelRepeatingOneBlock(ModelLikeTheLesson):
+    def __init__(self, vocab_size, max_len, *, block, d_model=32, n_heads=2, n_layers=1,
+                 d_ff=None, dropout=0.0, positions="learned", scale_tokens=True,
+                 norm=nn.LayerNorm):
+        super().__init__(vocab_size, max_len, block=block, d_model=d_model, n_heads=n_heads,
+                         n_layers=n_layers, d_ff=d_ff, dropout=dropout, positions=positions,
+                         scale_tokens=scale_tokens, norm=norm)
+        self.blocks = nn.ModuleList([block(d_model, n_heads, d_ff or 4 * d_model, dropout)]
+                                    * n_layers)
+
+
+class ModelWithPositionsAfterTheBlocks(ModelLikeTheLesson):
+    def forward(self, tokens, return_attention=False):
+        x = self.embed.token(tokens) * math.sqrt(self.head.in_features)
+        attention = []
+        for block in self.blocks:
+            x, weights = block(x)
+            attention.append(weights)
+        x = x + self.embed.position[:tokens.shape[-1]]
+        logits = self.head(self.norm(x))
+        return (logits, attention) if return_attention else logits
+
+
+class ModelInsertingWeightsFirst(ModelLikeTheLesson):
+    def forward(self, tokens, return_attention=False):
+        x = self.embed(tokens)
+        attention = []
+        for block in self.blocks:
+            x, weights = block(x)
+            attention.insert(0, weights)
+        logits = self.head(self.norm(x))
+        return (logits, attention) if return_attention else logits
+
+
+def step_never_zeroing(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss.item()
+
+
+def step_before_backward(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    loss = loss_fn(model, sequences, n)
+    optimizer.step()
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return loss.item()
+
+
+def step_clipping_each_parameter(model, optimizer, loss_fn, sequences, n, max_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    loss = loss_fn(model, sequences, n)
+    loss.backward()
+    if max_norm is not None:
+        for p in model.parameters():
+            nn.utils.clip_grad_norm_(p, max_norm)
+    optimizer.step()
+    return loss.item()
+
+
+class RMSNormLikeLayerNorm(RMSNormLikeTheLesson):
+    def forward(self, x):
+        h = x.float()
+        h = h - h.mean(-1, keepdim=True)
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+                ).to(x.dtype)
+
+
+class RMSNormInHalf(RMSNormLikeTheLesson):
+    def forward(self, x):
+        normed = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (normed * self.weight).to(x.dtype)
+
+
+class RMSNormEpsOutside(RMSNormLikeTheLesson):
+    def forward(self, x):
+        h = x.float()
+        return (h / (h.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight).to(x.dtype)
+
+
+class SwiGLUGatingUp(SwiGLULikeTheLesson):
+    def forward(self, x):
+        return F.dropout(self.down(self.gate(x) * F.silu(self.up(x))), self.dropout,
+                         self.training)
+
+
+class SwiGLUWithGELU(SwiGLULikeTheLesson):
+    def forward(self, x):
+        return F.dropout(self.down(F.gelu(self.gate(x)) * self.up(x)), self.dropout,
+                         self.training)
+
+
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     AttentionLayerWithoutMask: ("causal_self_attention", ["no causal mask"]),
     AttentionLayerWithTriu: ("causal_self_attention",
@@ -284,4 +655,18 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     loss_over_every_position: ("copy_task_loss", ["loss over the prompt half too"]),
     loss_from_the_first_answer_digit: ("copy_task_loss", ["first answer token left out"]),
     loss_summed: ("copy_task_loss", ["summed instead of averaged"]),
+    ModelWithoutFinalNorm: ("decoder_only_transformer", ["no final norm before the head"]),
+    ModelRepeatingOneBlock: ("decoder_only_transformer", ["one block used for every layer"]),
+    ModelWithPositionsAfterTheBlocks: ("decoder_only_transformer",
+                                       ["positions added after the blocks"]),
+    ModelInsertingWeightsFirst: ("decoder_only_transformer",
+                                 ["attention weights returned last block first"]),
+    step_never_zeroing: ("train_step", ["gradients never zeroed (they add up from step to step)"]),
+    step_before_backward: ("train_step", ["the update never sees this step's gradients"]),
+    step_clipping_each_parameter: ("train_step", ["each parameter clipped on its own"]),
+    RMSNormLikeLayerNorm: ("rms_norm", ["mean subtracted (that is LayerNorm)"]),
+    RMSNormInHalf: ("rms_norm", ["computed in 16-bit (the squares overflow)"]),
+    RMSNormEpsOutside: ("rms_norm", ["eps added after the square root"]),
+    SwiGLUGatingUp: ("swiglu", ["SiLU on the up branch instead of the gate"]),
+    SwiGLUWithGELU: ("swiglu", ["GELU instead of SiLU"]),
 }

@@ -9,6 +9,7 @@ import copy
 import zlib
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -112,11 +113,12 @@ class _InBothPrecisions:
         raise NotImplementedError
 
     def module(self, dtype: torch.dtype) -> nn.Module:
+        """The float64 copy for float64 inputs, the float32 module for any other dtype."""
         if not hasattr(self, "_modules"):
             built = self.build()
             self._modules = {torch.float32: built.train(self.training),
                              torch.float64: copy.deepcopy(built).double().train(self.training)}
-        return self._modules[dtype]
+        return self._modules.get(dtype, self._modules[torch.float32])
 
     def __call__(self, x, *args, **kwargs):
         return self.module(x.dtype)(x, *args, **kwargs)
@@ -257,6 +259,155 @@ class LossUnderTest:
         return dict(self.models[torch.float64].named_parameters())
 
 
+class StandInBlock(nn.Module):
+    """Stands in for the block in the model check: the constructor of a block, and a forward
+    that returns (B, T, C) and (B, H, T, T) causal weights (a softmax of x x^T), different in
+    every block of a stack, so that the check tests the model alone."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.n_heads = n_heads
+        self.query = nn.Linear(d_model, d_model)
+        self.fc = nn.Linear(d_model, d_ff)
+        self.proj = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        T = x.shape[-2]
+        scores = self.query(x) @ x.transpose(-2, -1) / x.shape[-1] ** 0.5  # (B, T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        x = x + weights @ x
+        x = x + self.proj(torch.tanh(self.fc(x)))
+        return x, weights.unsqueeze(-3).expand(*weights.shape[:-2], self.n_heads, T, T)
+
+
+class StandInNorm(nn.Module):
+    """Stands in for a norm class given to the model: x * weight / (1 + mean |x|)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x):
+        return x * self.weight / (1 + x.abs().mean(dim=-1, keepdim=True))
+
+
+class ModelUnderTest:
+    """The student's model class, built for each named configuration as
+    ``cls(**init, block=StandInBlock)`` (``norm="stand-in"`` in init gives ``StandInNorm``),
+    loaded with that configuration's ``state``, in eval mode; a float64 copy where a case asks
+    for ``double``. With ``return_attention`` the list of weights comes back stacked; without,
+    an empty tensor stands in for them (every case has two outputs)."""
+
+    def __init__(self, cls, configs: dict, states: dict):
+        self.cls, self.configs, self.states, self.built = cls, configs, states, {}
+        self.last = None
+
+    def module(self, config: str, double: bool = False) -> nn.Module:
+        if (config, double) not in self.built:
+            init = dict(self.configs[config])
+            if init.get("norm") == "stand-in":
+                init["norm"] = StandInNorm
+            model = self.cls(**init, block=StandInBlock)
+            try:
+                model.load_state_dict(self.states[config])
+            except Exception as err:
+                raise AssertionError(
+                    f"could not load the course's weights into your model built with "
+                    f"{self.configs[config]} and a stand-in block ({type(err).__name__}: "
+                    f"{err})") from None
+            self.built[config, double] = (model.double() if double else model).eval()
+        self.last = self.built[config, double]
+        return self.last
+
+    def __call__(self, tokens, config: str, return_attention: bool = False,
+                 double: bool = False):
+        model = self.module(config, double)
+        if not return_attention:
+            result = model(tokens)
+            return (result, torch.zeros(0)) if isinstance(result, torch.Tensor) else result
+        result = model(tokens, return_attention=True)
+        if (isinstance(result, tuple | list) and len(result) == 2
+                and isinstance(result[1], tuple | list) and result[1]
+                and all(isinstance(w, torch.Tensor) for w in result[1])
+                and len({w.shape for w in result[1]}) == 1):
+            return result[0], torch.stack(list(result[1]))  # (n_layers, B, H, T, T)
+        return result
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return dict(self.last.named_parameters()) if self.last is not None else {}
+
+
+class RecordingLanguageModel(StandInLanguageModel):
+    """The loss check's stand-in language model, which also records, at every forward,
+    whether it was in training mode."""
+
+    def __init__(self, vocab_size: int, max_len: int, width: int = 8):
+        super().__init__(vocab_size, max_len, width)
+        self.modes = []
+
+    def forward(self, tokens):
+        self.modes.append(self.training)
+        return super().forward(tokens)
+
+
+class StandInOptimizer:
+    """Plain gradient descent with the interface of a torch optimizer: ``zero_grad()`` forgets
+    the gradients, ``step()`` moves every parameter that has one by -lr * grad."""
+
+    def __init__(self, parameters, lr: float = 0.1):
+        self.parameters, self.lr = list(parameters), lr
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p in self.parameters:
+            if p.grad is not None:
+                p.sub_(self.lr * p.grad)
+
+
+def stand_in_loss(model, sequences, n):
+    """The train-step check's loss: next-token cross-entropy over every position."""
+    logits = model(sequences[:, :-1])  # (B, L, V)
+    return F.cross_entropy(logits.transpose(1, 2), sequences[:, 1:])
+
+
+class TrainStepUnderTest:
+    """The student's training step, called twice (on ``first``, then ``second``) on a stand-in
+    language model loaded with ``state`` and left in eval mode with gradients of an earlier
+    step still in it, with a plain gradient-descent optimizer. Returns the two returned
+    losses (as numbers: NaN for what is none), whether each was a Python float, whether the
+    model was in training mode at each forward, and every parameter after the two steps."""
+
+    def __init__(self, step, vocab_size: int, max_len: int, state: dict):
+        self.step, self.vocab_size, self.max_len, self.state = step, vocab_size, max_len, state
+
+    def __call__(self, first, second, n: int, max_norm=None):
+        model = RecordingLanguageModel(self.vocab_size, self.max_len)
+        model.load_state_dict(self.state)
+        model.eval()
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)  # left over from an earlier step
+        optimizer = StandInOptimizer(model.parameters())
+        kwargs = {} if max_norm is None else {"max_norm": max_norm}
+        returned = [self.step(model, optimizer, stand_in_loss, sequences, n, **kwargs)
+                    for sequences in (first, second)]
+        values = []
+        for value in returned:
+            try:
+                values.append(float(value.detach() if isinstance(value, torch.Tensor) else value))
+            except (TypeError, ValueError, RuntimeError):
+                values.append(float("nan"))
+        with torch.no_grad():
+            parameters = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        return (torch.tensor(values, dtype=torch.float64),
+                torch.tensor([type(value) is float for value in returned]),
+                torch.tensor(model.modes, dtype=torch.bool), parameters)
+
+
 class HeldOutRun:
     """Run the student's trained model, in eval mode, on fresh sequences of the copy task; return
     its most likely next token at every position, its sizes and its weights, so that the accuracy
@@ -270,11 +421,11 @@ class HeldOutRun:
 
     def __call__(self, data_seed: int) -> tuple:
         from ...data import seeded_generator
-        from ...model import DecoderOnlyTransformer
 
-        if not isinstance(self.model, DecoderOnlyTransformer):
+        if not (isinstance(self.model, nn.Module)
+                and all(hasattr(self.model, part) for part in ("embed", "blocks", "head"))):
             raise TypeError(f"`model` is a {type(self.model).__name__}, expected the lesson's "
-                            f"DecoderOnlyTransformer")
+                            f"DecoderOnlyTransformer (with embed, blocks, norm and head)")
         test = self.task.batch(self.n_sequences, seeded_generator(data_seed))
         device, was_training = next(self.model.parameters()).device, self.model.training
         self.model.eval()
@@ -294,13 +445,16 @@ POSITION_CODES = {"none": 0, "sinusoidal": 1, "learned": 2}
 
 
 def model_config(model) -> dict[str, int]:
-    """The sizes of a lesson-05 model, read from its parts (the student's blocks included)."""
-    block = model.blocks[0]
-    return {"vocab_size": model.head.out_features, "max_len": model.embed.max_len,
+    """The sizes of a lesson-05 model, read from its parts (the student's blocks included); its
+    kind of positions from the embedding (a learned table, or a fixed one: zeros for none)."""
+    block, embed = model.blocks[0], model.embed
+    positions = "learned" if embed.learned_positions else \
+        "none" if not embed.position.any() else "sinusoidal"
+    return {"vocab_size": model.head.out_features, "max_len": embed.max_len,
             "d_model": model.head.in_features, "n_heads": block.attn.attn.n_heads,
             "n_layers": len(model.blocks), "d_ff": block.mlp.fc.out_features,
-            "positions": POSITION_CODES[model.positions],
-            "scale_tokens": int(model.embed.scale_tokens)}
+            "positions": POSITION_CODES[positions], "scale_tokens": int(embed.scale_tokens)}
 
 
-__all__ += ["SeededModuleUnderTest", "BlockUnderTest", "LossUnderTest", "HeldOutRun"]
+__all__ += ["SeededModuleUnderTest", "BlockUnderTest", "LossUnderTest", "HeldOutRun",
+            "ModelUnderTest", "TrainStepUnderTest"]
