@@ -22,14 +22,15 @@ class KnownError(NamedTuple):
 
 EVERY = frozenset()
 # exercises whose inputs may have any number of leading (batch) axes, even none
-ANY_AXES = frozenset({"one_hot_embedding", "softmax", "attention_scores",
-                      "scaled_dot_product_attention", "apply_mask", "masked_attention",
+ANY_AXES = frozenset({"one_hot_embedding", "softmax", "scaled_dot_product_attention",
+                      "apply_mask", "masked_attention",
                       "cached_attention", "grouped_query_attention", "tiled_attention",
                       "merge_attention", "attention_backward", "flash_backward",
                       "flash_attention"})
 MHA = frozenset({"MultiHeadAttention"})
-ATTENTION = frozenset({"attention_scores", "scaled_dot_product_attention",
-                       "masked_attention"}) | MHA
+GQA_LAYER = frozenset({"GroupedQueryAttention"})
+LAYERS = MHA | GQA_LAYER  # modules whose constructor the student writes
+ATTENTION = frozenset({"scaled_dot_product_attention", "masked_attention"}) | MHA
 MASKS = frozenset({"apply_mask", "masked_attention", "to_mha_mask"}) | MHA
 LOADED = r"could not load the course's weights [\s\S]*?"  # harness.ModuleUnderTest's words
 
@@ -106,11 +107,11 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "{name} is ({got}) in your module, ({expected}) in the contract. Each of the "
                "four projections maps all C = d_model features to C: one layer computes every "
                "head at once, H heads of D = C / H side by side."),
-    KnownError(MHA, LOADED + r"Missing key\(s\) in state_dict: \"[\w.]+\.bias\"(, \"[\w.]+\."
+    KnownError(LAYERS, LOADED + r"Missing key\(s\) in state_dict: \"[\w.]+\.bias\"(, \"[\w.]+\."
                r"bias\")*\. *(\)|$)", "biases although bias=False",
                "The check built your module with bias=False and it still has biases: pass the "
                "constructor's bias on to every projection."),
-    KnownError(MHA, LOADED + r"Unexpected key\(s\) in state_dict: \"[\w.]+\.bias\"(, \"[\w.]"
+    KnownError(LAYERS, LOADED + r"Unexpected key\(s\) in state_dict: \"[\w.]+\.bias\"(, \"[\w.]"
                r"+\.bias\")*\. *(\)|$)", "no biases although bias=True",
                "The check built your module with bias=True and a projection has no bias: pass "
                "the constructor's bias on to every projection (nn.Linear has one by default)."),
@@ -123,11 +124,24 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "an attribute the constructor does not set",
                "Your code reads self.{name}, which the constructor has not set: the constructor "
                "sets every attribute the docstring lists, before anything uses it."),
+    # ------------------------------------------------ lesson 07: the grouped-query layer
+    KnownError(GQA_LAYER, LOADED + r"size mismatch for (?P<name>[\w.]+): copying a param with "
+               r"shape torch\.Size\(\[(?P<expected>[\d, ]*)\]\) from checkpoint, the shape in "
+               r"current model is torch\.Size\(\[(?P<got>[\d, ]*)\]\)",
+               "a projection of the wrong size",
+               "{name} is ({got}) in your module, ({expected}) in the contract. q_proj and "
+               "out_proj map C to C (H heads of D = C / H); k_proj and v_proj map C to G * D "
+               "only, the G key/value heads of the same width D."),
+    KnownError(GQA_LAYER, LOADED + r"(Missing|Unexpected) key\(s\) in state_dict",
+               "layers not named as the docstring says",
+               "The check loads the course's weights by name: q_proj, k_proj, v_proj and "
+               "out_proj, four nn.Linear layers, each with a bias exactly when bias is true, and "
+               "no other parameters."),
     # ------------------------------------------------ shapes that do not broadcast
     KnownError(frozenset({"softmax"}), BROADCAST, *KEEPDIM),
     KnownError(frozenset({"scaled_dot_product_attention"}),
                BROADCAST + r" at non-singleton dimension 3", *KEEPDIM),
-    KnownError(frozenset({"attention_scores", "scaled_dot_product_attention"}) | MHA,
+    KnownError(frozenset({"scaled_dot_product_attention"}) | MHA,
                BROADCAST + r" at non-singleton dimension [0-2]\b", *TRANSPOSED_EVERY_AXIS),
     KnownError(frozenset({"masked_attention"}) | MHA, BROADCAST + r" at non-singleton dimension 3",
                "shapes that differ along the keys' axis",

@@ -1,10 +1,15 @@
-"""Checks for lesson 07_inference_and_scale: cached attention, grouped-query attention, tiled
-attention with an online softmax, and merging two partial attentions."""
+"""Checks for lesson 07_inference_and_scale: cached attention, rotary positions in the cache,
+grouped-query attention (the function and the layer), tiled attention with an online softmax,
+and merging two partial attentions."""
+
+import copy
 
 import torch
 
 from .. import attention, inference, tiled
 from ..attention import compute_dtype
+from ..multihead import merge_heads, split_heads
+from ..rope import apply_rotary, rotary_angles
 from .framework import Case, Exercise, Harnessed, Mistake, matches, randn, run_check, seeded
 from .lesson02 import (
     ATTENTION_BUILTINS,
@@ -132,6 +137,124 @@ def check_cached_attention(fn, seed: int = 0) -> None:
     run_check(CACHED_ATTENTION, fn, cases)
 
 
+# ---------------------------------------------------------------- rotary positions in the cache
+
+def cached_rotary_variant(module, x, past_key=None, past_value=None, *, positions="cache",
+                          cache_rotation="once", rotate_values=False, mask="bottom_right",
+                          returned="all"):
+    """A decoding step of the rotary layer with one of the known slips: the new tokens (or
+    their queries only) rotated as if at 0 .. T-1; the whole cache rotated at use, at
+    0 .. S-1, and stored so ("again") or stored un-rotated ("at_use"); values rotated; the
+    causal mask top-left; the cache returned without the new tokens."""
+    P, T = 0 if past_key is None else past_key.shape[-2], x.shape[-2]
+    q, k, v = (split_heads(proj(x), module.n_heads)
+               for proj in (module.q_proj, module.k_proj, module.v_proj))  # (B, H, T, D)
+
+    def angles(start, n):
+        return rotary_angles(torch.arange(start, start + n, device=x.device), module.d_head,
+                             base=module.base, dtype=compute_dtype(q.dtype))
+
+    new_at = 0 if positions == "from_zero" else P
+    q = apply_rotary(q, angles(P if positions == "cache" else 0, T))
+    v = apply_rotary(v, angles(new_at, T)) if rotate_values else v
+    if cache_rotation == "once":
+        k = apply_rotary(k, angles(new_at, T))
+    stored = k if past_key is None else torch.cat([past_key, k], dim=-2)
+    used = stored if cache_rotation == "once" else apply_rotary(stored, angles(0, P + T))
+    stored = used if cache_rotation == "again" else stored
+    values = v if past_value is None else torch.cat([past_value, v], dim=-2)
+    S = used.shape[-2]
+    allowed = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(
+        diagonal=S - T if mask == "bottom_right" else 0)
+    out, _ = attention.scaled_dot_product_attention(q, used, values, attn_mask=allowed)
+    if returned == "past_only" and past_key is not None:
+        stored, values = past_key, past_value
+    return module.out_proj(merge_heads(out)), stored, values
+
+
+ROTARY_MISTAKES = (
+    Mistake("new tokens rotated at positions 0 .. T-1 (positions counted from 0 at every step)",
+            "After a cache of P tokens the new tokens sit at positions P .. P+T-1: rotate their "
+            "queries and keys by the angles of those positions, not of 0 .. T-1. Counted from "
+            "0, every decoding step puts its token at position 0.", {"positions": "from_zero"}),
+    Mistake("queries rotated at positions 0 .. T-1 (the keys at their own)",
+            "A query and the key of the same token turn by the same angle, that of its "
+            "position P + t: the queries need the positions P .. P+T-1 as much as the keys.",
+            {"positions": "queries_from_zero"}),
+    Mistake("cached keys rotated again (a second rotation at every step)",
+            "The cached keys were rotated when they entered the cache, each at its own "
+            "position: rotate only the new keys, then append them. Rotating the whole cache "
+            "again turns the old keys twice.", {"cache_rotation": "again"}),
+    Mistake("un-rotated keys cached (the cache rotated at every use)",
+            "The contract's cache holds keys already rotated at their positions: rotate the new "
+            "keys once, before appending them. A cache of raw keys rotated at every step would "
+            "attend the same, but redoes the whole cache's rotation each step, and the cache "
+            "you are handed is rotated: rotating it again turns its keys twice.",
+            {"cache_rotation": "at_use"}),
+    Mistake("values rotated too",
+            "Rotary positions turn the queries and keys, whose dot products become functions "
+            "of the offset; the values are what the weights average and are never rotated.",
+            {"rotate_values": True}),
+    Mistake("causal mask aligned top-left (the new tokens placed at positions 0 .. T-1)",
+            "The T new tokens are the last T of the S = P + T keys: new token t sees keys "
+            "0 .. P + t. The mask is aligned at the bottom-right, as in cached_attention.",
+            {"mask": "top_left"}),
+    Mistake("cache returned without the new tokens (the cache as it came in)",
+            "Return the cache after appending the new (rotated) keys and the new values, or "
+            "the next step will never see these tokens.", {"returned": "past_only"}),
+)
+
+
+def _rotary_exercise(references: dict) -> Exercise:
+    return Exercise(
+        name="CachedRotaryAttention",
+        reference=lambda x, *cache: references[x.dtype](x, *cache),
+        inputs=("x", "past_key", "past_value"),
+        outputs=(("out", "(B, T, C)"),
+                 ("keys", "(B, H, P + T, D): the cache after appending, rotated keys"),
+                 ("values", "(B, H, P + T, D): the cache after appending")),
+        variant=lambda x, *cache, **kw: cached_rotary_variant(references[x.dtype], x, *cache,
+                                                              **kw),
+        mistakes=ROTARY_MISTAKES,
+        forbidden=forbid((inference.CachedRotaryAttention.forward,) + NO_BUILT_IN_ATTENTION,
+                         ATTENTION_BUILTINS),
+    )
+
+
+def check_cached_rotary_attention(cls, seed: int = 0) -> None:
+    """Check a CachedRotaryAttention class (lesson 06's rotary layer, the student's forward):
+    built with the reference's weights, it runs new tokens after caches the reference built
+    from the tokens before them. Lesson: 07_inference_and_scale"""
+    torch.manual_seed(seed)
+    reference = inference.CachedRotaryAttention(16, 2).eval()
+    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+    init = {"d_model": 16, "n_heads": 2}
+    student = Harnessed(harness.ModuleUnderTest, (cls, init, dict(reference.state_dict())))
+    g = seeded(seed)
+
+    def after(P, T, dtype=torch.float32):
+        """T new tokens after the cache the reference built from the P tokens before them."""
+        x = randn(2, P + T, 16, generator=g, dtype=dtype)
+        if P == 0:
+            return x, None, None
+        with torch.no_grad():
+            _, keys, values = references[dtype](x[:, :P])
+        return x[:, P:], keys, values
+
+    cases = [
+        Case("a chunk of T = 3 new tokens after a cache of P = 5 (B, C, H = 2, 16, 2)",
+             after(5, 3)),
+        Case("one decoding step: T = 1 new token after P = 7 cached ones", after(7, 1)),
+        Case("an empty cache (None): the prompt's T = 4 tokens at positions 0 .. 3",
+             after(0, 4)),
+        Case("far along: T = 2 new tokens after P = 40 (positions 40 and 41)", after(40, 2)),
+        Case("float64, with gradients: T = 2 after P = 3", after(3, 2, torch.float64),
+             grad=True),
+    ]
+    run_check(_rotary_exercise(references), student, cases,
+              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
+
+
 # ---------------------------------------------------------------- grouped-query attention
 
 def gqa_variant(query, key, value, is_causal=False, scale=None, *, expand="interleave",
@@ -196,6 +319,90 @@ def check_grouped_query_attention(fn, seed: int = 0) -> None:
         Case("extra leading dims (2, 2, H, T, D), H = 6, G = 2", gqa_inputs(g, 2, 2, H=6, G=2)),
     ]
     run_check(GROUPED_QUERY_ATTENTION, fn, cases)
+
+
+# ---------------------------------------------------------------- the grouped-query layer
+
+def gqa_layer_variant(module, query, key, value, is_causal=False, *, expand="interleave",
+                      project_output=True, swap_kv=False, scale="d_head", honour_causal=True):
+    """The grouped-query layer with one of the known slips."""
+    H, G = module.n_heads, module.n_kv_heads
+    k_proj, v_proj = (module.v_proj, module.k_proj) if swap_kv else (module.k_proj, module.v_proj)
+    q = split_heads(module.q_proj(query), H)  # (B, T, C) -> (B, H, T, D)
+    k, v = split_heads(k_proj(key), G), split_heads(v_proj(value), G)  # (B, G, S, D)
+    factor = module.d_head ** -0.5 if scale == "d_head" else module.d_model ** -0.5
+    out, weights = gqa_variant(q, k, v, is_causal=is_causal and honour_causal, scale=factor,
+                               expand=expand)
+    out = merge_heads(out)  # (B, H, T, D) -> (B, T, C)
+    return (module.out_proj(out) if project_output else out), weights
+
+
+GQA_LAYER_MISTAKES = (
+    GROUPS_TILED,
+    Mistake("missing output projection",
+            "After merging the heads, apply self.out_proj: it mixes what the heads found.",
+            {"project_output": False}),
+    Mistake("key and value projections swapped",
+            "Keys come from self.k_proj(key) and values from self.v_proj(value).",
+            {"swap_kv": True}),
+    Mistake("d_model instead of d_head in the scale",
+            "Each head's scores are dot products of width D = C / H: scale by 1/sqrt(D), which "
+            "the attention function does by default.", {"scale": "d_model"}),
+    Mistake("is_causal not passed on",
+            "Pass is_causal on to the attention: with is_causal=True query t must not see the "
+            "keys after t.", {"honour_causal": False}),
+)
+
+
+def _gqa_layer_exercise(references: dict) -> Exercise:
+    return Exercise(
+        name="GroupedQueryAttention",
+        reference=lambda q, k, v, **kw: references[q.dtype](q, k, v, **kw),
+        inputs=("query", "key", "value"),
+        outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, S)")),
+        variant=lambda q, k, v, **kw: gqa_layer_variant(references[q.dtype], q, k, v, **kw),
+        mistakes=GQA_LAYER_MISTAKES,
+        forbidden=forbid((inference.GroupedQueryAttention.forward,) + NO_BUILT_IN_ATTENTION,
+                         ATTENTION_BUILTINS),
+    )
+
+
+def check_grouped_query_attention_layer(cls, seed: int = 0) -> None:
+    """Check a GroupedQueryAttention class, its constructor and its forward: built with the
+    constructor's arguments and loaded with the reference's weights (their names and shapes are
+    the contract), for G = 2 of H = 6 heads, then G = 1 without biases, then G = H.
+    Lesson: 07_inference_and_scale"""
+    torch.manual_seed(seed)
+    g = seeded(seed)
+    runs = [
+        ({"d_model": 24, "n_heads": 6, "n_kv_heads": 2}, lambda: [
+            Case("self-attention, H = 6 query heads sharing G = 2 key/value heads "
+                 "(B, T, C = 2, 5, 24)", (x := randn(2, 5, 24, generator=g),) * 3),
+            Case("cross-attention: T = 5 queries, S = 7 keys and values",
+                 (x, *(randn(2, 7, 24, generator=g),) * 2)),
+            Case("is_causal=True, T = S = 6", (randn(2, 6, 24, generator=g),) * 3,
+                 {"is_causal": True}),
+            Case("float64, with gradients",
+                 (randn(2, 5, 24, generator=g, dtype=torch.float64),) * 3, grad=True)]),
+        ({"d_model": 24, "n_heads": 6, "n_kv_heads": 1, "bias": False}, lambda: [
+            Case("multi-query attention: G = 1 key/value head for H = 6, bias=False, T = 5, "
+                 "S = 7", (randn(2, 5, 24, generator=g), *(randn(2, 7, 24, generator=g),) * 2))]),
+        ({"d_model": 24, "n_heads": 6, "n_kv_heads": 6}, lambda: [
+            Case("G = H = 6: plain multi-head attention, causal",
+                 (randn(2, 6, 24, generator=g),) * 3, {"is_causal": True})]),
+    ]
+    earlier = 0
+    for i, (init, cases) in enumerate(runs):
+        reference = inference.GroupedQueryAttention(**init).eval()
+        references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+        student = Harnessed(harness.ModuleUnderTest, (cls, init, dict(reference.state_dict())))
+        cases = cases()
+        last = i == len(runs) - 1
+        run_check(_gqa_layer_exercise(references), student, cases, quiet=not last,
+                  earlier=earlier if last else 0,
+                  reference_parameters=lambda r=references: dict(
+                      r[torch.float64].named_parameters()))
+        earlier += len(cases)
 
 
 # ---------------------------------------------------------------- tiled attention

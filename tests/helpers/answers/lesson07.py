@@ -5,9 +5,12 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from attention_course import attention, inference, tiled
 from attention_course.checks import lesson07
+from attention_course.multihead import merge_heads, split_heads
+from attention_course.rope import RotaryMultiHeadAttention, apply_rotary, rotary_angles
 from helpers.inputs import bottom_right
 
 NEG_INF = float("-inf")
@@ -84,6 +87,219 @@ def gqa_by_indexing_heads(query, key, value, is_causal=False, scale=None):
     serves = torch.arange(H) // (H // G)  # the key/value head of every query head
     k, v = key[..., serves, :, :], value[..., serves, :, :]
     return attention.scaled_dot_product_attention(query, k, v, is_causal=is_causal, scale=scale)
+
+
+# ---------------------------------------------------------------- rotary positions in the cache
+
+class RotaryByTheCourse(RotaryMultiHeadAttention):
+    """Lesson 06's rotation at positions P .. P+T-1, then this lesson's cached attention."""
+
+    def forward(self, x, past_key=None, past_value=None):
+        P = 0 if past_key is None else past_key.shape[-2]
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj,
+                                                               self.v_proj))
+        angles = rotary_angles(torch.arange(P, P + x.shape[1]), self.d_head, base=self.base,
+                               dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+        out, keys, values = cached_by_manual_softmax(apply_rotary(q, angles),
+                                                     apply_rotary(k, angles), v,
+                                                     past_key, past_value)
+        return self.out_proj(merge_heads(out)), keys, values
+
+
+class RotaryByComplexNumbers(RotaryMultiHeadAttention):
+    """Each half-split pair (x_i, x_{i+D/2}) as the complex number x_i + i x_{i+D/2}, turned by
+    multiplying with e^(i angle); attention by einsum in float64."""
+
+    def turn(self, x, positions):
+        half = self.d_head // 2
+        inv_freq = self.base ** (-torch.arange(half, dtype=torch.float64) * 2 / self.d_head)
+        phase = torch.polar(torch.ones(len(positions), half, dtype=torch.float64),
+                            positions.double()[:, None] * inv_freq)
+        z = torch.complex(x[..., :half].double(), x[..., half:].double()) * phase
+        return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+
+    def forward(self, x, past_key=None, past_value=None):
+        B, T, C = x.shape
+        P = 0 if past_key is None else past_key.shape[2]
+        heads = lambda t: t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # noqa: E731
+        positions = torch.arange(P, P + T)
+        q = self.turn(heads(self.q_proj(x)), positions)
+        k = self.turn(heads(self.k_proj(x)), positions)
+        v = heads(self.v_proj(x))
+        if past_key is not None:
+            k, v = torch.cat([past_key, k], 2), torch.cat([past_value, v], 2)
+        scores = torch.einsum("bhtd,bhsd->bhts", q.double(), k.double()) / math.sqrt(self.d_head)
+        hidden = torch.arange(P + T)[None, :] > positions[:, None]
+        weights = scores.masked_fill(hidden, NEG_INF).softmax(-1)
+        out = torch.einsum("bhts,bhsd->bhtd", weights, v.double()).to(x.dtype)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C)), k, v
+
+
+class RotaryWithAnEmptyTensorCache(RotaryMultiHeadAttention):
+    """An empty cache as zero-length tensors; angles written out; lesson 03's attention."""
+
+    def forward(self, x, past_key=None, past_value=None):
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj,
+                                                               self.v_proj))
+        if past_key is None:
+            past_key, past_value = k[..., :0, :], v[..., :0, :]
+        P, T, D = past_key.shape[-2], x.shape[-2], self.d_head
+        position = torch.arange(P, P + T, dtype=torch.float64)[:, None]
+        angles = (position / self.base ** (torch.arange(0, D, 2) / D)).to(
+            torch.promote_types(x.dtype, torch.float32))
+        keys = torch.cat([past_key, apply_rotary(k, angles)], dim=-2)
+        values = torch.cat([past_value, v], dim=-2)
+        allowed = torch.arange(P + T) <= position.long()  # (T, S)
+        out, _ = attention.scaled_dot_product_attention(apply_rotary(q, angles), keys, values,
+                                                        attn_mask=allowed)
+        return self.out_proj(merge_heads(out)), keys, values
+
+
+class StubRotary(RotaryMultiHeadAttention):
+    """The class a student starts from: lesson 06's layer, forward to be written."""
+
+    def forward(self, x, past_key=None, past_value=None):
+        raise NotImplementedError()
+
+
+def rotary_student(name, *, positions="cache", rerotate=False, cache_raw=False,
+                   rotate_values=False, top_left=False, return_old_cache=False):
+    """A student's decoding step with one of the slips the lesson names."""
+    def forward(self, x, past_key=None, past_value=None):
+        P = 0 if past_key is None else past_key.shape[-2]
+        T = x.shape[-2]
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj,
+                                                               self.v_proj))
+        at = torch.arange(P, P + T)
+        zero = torch.arange(T)
+        q_at = zero if positions in ("zero", "queries_zero") else at
+        k_at = zero if positions == "zero" else at
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        q = apply_rotary(q, rotary_angles(q_at, self.d_head, dtype=dtype))
+        if rotate_values:
+            v = apply_rotary(v, rotary_angles(k_at, self.d_head, dtype=dtype))
+        if not (rerotate or cache_raw):
+            k = apply_rotary(k, rotary_angles(k_at, self.d_head, dtype=dtype))
+        keys = k if past_key is None else torch.cat([past_key, k], -2)
+        values = v if past_value is None else torch.cat([past_value, v], -2)
+        used = keys
+        if rerotate or cache_raw:  # the whole cache turned at 0 .. S-1, at every step
+            used = apply_rotary(keys, rotary_angles(P + T, self.d_head, dtype=dtype))
+            keys = used if rerotate else keys
+        S = used.shape[-2]
+        mask = torch.ones(T, S, dtype=torch.bool).tril(0 if top_left else S - T)
+        out, _ = attention.scaled_dot_product_attention(q, used, values, attn_mask=mask)
+        if return_old_cache and past_key is not None:
+            return self.out_proj(merge_heads(out)), past_key, past_value
+        return self.out_proj(merge_heads(out)), keys, values
+    return type(name, (RotaryMultiHeadAttention,), {"forward": forward})
+
+
+class RotaryCallingTheReference(RotaryMultiHeadAttention):
+    def forward(self, x, past_key=None, past_value=None):
+        return inference.CachedRotaryAttention.forward(self, x, past_key, past_value)
+
+
+# ---------------------------------------------------------------- the grouped-query layer
+
+class StudentGQALayer(nn.Module):
+    """The constructor as the solution writes it; ``forward`` is each answer's own."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads, bias=True):
+        super().__init__()
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+
+class StubGQALayer(nn.Module):
+    """The class a student starts from: constructor and forward both to be written."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads, bias=True):
+        super().__init__()
+        raise NotImplementedError()
+
+    def forward(self, query, key, value, is_causal=False):
+        raise NotImplementedError()
+
+
+class GQALayerFromEarlierLessons(StudentGQALayer):
+    def forward(self, query, key, value, is_causal=False):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)
+        out, weights = gqa_by_repeat_interleave(q, k, v, is_causal=is_causal)
+        return self.out_proj(merge_heads(out)), weights
+
+
+class GQALayerByEinsumInGroups(nn.Module):
+    """Its own constructor (layers made in another order); no copies of the key/value heads:
+    a group axis, einsum."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads, bias=True):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.d_model, self.d_head = d_model, d_model // n_heads
+        kv = n_kv_heads * self.d_head
+        self.out_proj = nn.Linear(d_model, d_model, bias)
+        self.k_proj, self.v_proj = nn.Linear(d_model, kv, bias), nn.Linear(d_model, kv, bias)
+        self.q_proj = nn.Linear(d_model, d_model, bias)
+
+    def forward(self, query, key, value, is_causal=False):
+        B, T, _ = query.shape
+        S, G, D = key.shape[1], self.n_kv_heads, self.d_head
+        q = self.q_proj(query).view(B, T, G, self.n_heads // G, D)
+        k = self.k_proj(key).view(B, S, G, D)
+        v = self.v_proj(value).view(B, S, G, D)
+        scores = torch.einsum("btgrd,bsgd->bgrts", q, k) / math.sqrt(D)
+        if is_causal:
+            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), NEG_INF)
+        weights = scores.softmax(-1)
+        out = torch.einsum("bgrts,bsgd->btgrd", weights, v).reshape(B, T, -1)
+        return self.out_proj(out), weights.reshape(B, self.n_heads, T, S)
+
+
+class GQALayerByIndexingHeads(StudentGQALayer):
+    def forward(self, query, key, value, is_causal=False):
+        q = self.q_proj(query).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+        k = self.k_proj(key).unflatten(-1, (self.n_kv_heads, -1)).transpose(1, 2)
+        v = self.v_proj(value).unflatten(-1, (self.n_kv_heads, -1)).transpose(1, 2)
+        out, weights = gqa_by_indexing_heads(q, k, v, is_causal=is_causal)
+        return self.out_proj(out.transpose(1, 2).flatten(2)), weights
+
+
+def gqa_layer_student(name, *, tile=False, project_output=True, swap_kv=False, by_d_model=False,
+                      drop_causal=False):
+    """A student's grouped-query layer with one of the slips the lesson names."""
+    def forward(self, query, key, value, is_causal=False):
+        k_proj, v_proj = (self.v_proj, self.k_proj) if swap_kv else (self.k_proj, self.v_proj)
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k, v = split_heads(k_proj(key), self.n_kv_heads), split_heads(v_proj(value),
+                                                                       self.n_kv_heads)
+        expand = gqa_by_repeat if tile else gqa_by_repeat_interleave
+        scale = self.d_model ** -0.5 if by_d_model else None
+        out, weights = expand(q, k, v, is_causal=is_causal and not drop_causal, scale=scale)
+        out = merge_heads(out)
+        return (self.out_proj(out) if project_output else out), weights
+    return type(name, (StudentGQALayer,), {"forward": forward})
+
+
+class GQALayerCallingTheReference(StudentGQALayer):
+    def forward(self, query, key, value, is_causal=False):
+        return inference.GroupedQueryAttention.forward(self, query, key, value, is_causal)
+
+
+class GQALayerByTorch(StudentGQALayer):
+    def forward(self, query, key, value, is_causal=False):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+        weights = gqa_by_repeat_interleave(q, k, v, is_causal)[1]
+        return self.out_proj(merge_heads(out)), weights
 
 
 # ---------------------------------------------------------------- tiled attention
@@ -211,17 +427,28 @@ def merge_by_stacking(out_a, lse_a, out_b, lse_b):
 CORRECT = {
     "cached_attention": [cached_by_manual_softmax, cached_with_the_course_attention,
                          cached_by_einsum_in_float64],
+    "cached_rotary_attention": [RotaryByTheCourse, RotaryByComplexNumbers,
+                                RotaryWithAnEmptyTensorCache],
     "grouped_query_attention": [gqa_by_repeat_interleave, gqa_by_a_group_axis,
                                 gqa_by_indexing_heads],
+    "grouped_query_attention_layer": [GQALayerFromEarlierLessons, GQALayerByEinsumInGroups,
+                                      GQALayerByIndexingHeads],
     "tiled_attention": [tiled_by_running_max, tiled_by_log_sum_exp, tiled_in_query_blocks],
     "merge_attention": [merge_by_logaddexp, merge_by_the_larger_maximum, merge_by_stacking],
 }
 REFERENCES = {
     "cached_attention": inference.cached_attention,
+    "cached_rotary_attention": inference.CachedRotaryAttention,
     "grouped_query_attention": inference.grouped_query_attention,
+    "grouped_query_attention_layer": inference.GroupedQueryAttention,
     "tiled_attention": tiled.tiled_attention,
     "merge_attention": tiled.merge_attention,
 }
+PRINTED_NAME = {"cached_rotary_attention": "CachedRotaryAttention",
+                "grouped_query_attention_layer": "GroupedQueryAttention"}
+STUBS = {"cached_rotary_attention": StubRotary, "grouped_query_attention_layer": StubGQALayer}
+CALLING_THE_REFERENCE = {"cached_rotary_attention": RotaryCallingTheReference,
+                         "grouped_query_attention_layer": GQALayerCallingTheReference}
 
 
 # ---------------------------------------------------------------- shortcuts
@@ -264,6 +491,8 @@ def tiled_in_query_blocks_of_the_reference(query, key, value, is_causal=False, s
 BUILT_INS = {  # exercise: {what the student called: their answer}, the course's own included
     "cached_attention": {"F.scaled_dot_product_attention": cached_by_torch},
     "grouped_query_attention": {"F.scaled_dot_product_attention(enable_gqa=True)": gqa_by_torch},
+    "grouped_query_attention_layer": {
+        "F.scaled_dot_product_attention(enable_gqa=True)": GQALayerByTorch},
     "tiled_attention": {"F.scaled_dot_product_attention": tiled_by_torch,
                         "attention.scaled_dot_product_attention": tiled_by_the_course,
                         "tiled.flash_attention": tiled_in_query_blocks_of_the_reference},
@@ -437,6 +666,16 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     cached_position_after_appending: ("cached_attention", [lesson07.NEW_TOKENS_UNMASKED.name]),
     cached_position_one_late: ("cached_attention", [lesson07.POSITIONS_ONE_LATE.name]),
     cached_returning_the_new_keys: ("cached_attention", [lesson07.RETURNED_NEW_ONLY.name]),
+    **{rotary_student(f"Rotary_{i}", **knobs): ("cached_rotary_attention", [mistake.name])
+       for i, (knobs, mistake) in enumerate(zip(
+           [{"positions": "zero"}, {"positions": "queries_zero"}, {"rerotate": True},
+            {"cache_raw": True}, {"rotate_values": True}, {"top_left": True},
+            {"return_old_cache": True}], lesson07.ROTARY_MISTAKES, strict=True))},
+    **{gqa_layer_student(f"GQALayer_{i}", **knobs): ("grouped_query_attention_layer",
+                                                     [mistake.name])
+       for i, (knobs, mistake) in enumerate(zip(
+           [{"tile": True}, {"project_output": False}, {"swap_kv": True}, {"by_d_model": True},
+            {"drop_causal": True}], lesson07.GQA_LAYER_MISTAKES, strict=True))},
     gqa_by_repeat: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
     gqa_by_expanding_the_wrong_axis: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
     **{answer: ("merge_attention", [mistake.name]) for answer, mistake in zip(
@@ -507,6 +746,24 @@ def gqa_repeating_by_the_group_count(query, key, value, is_causal=False, scale=N
     return weights @ v, weights
 
 
+class GQALayerWithHeadSizedKeys(StudentGQALayer):
+    """Keys and values projected to all H heads, as in lesson 04."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads, bias=True):
+        super().__init__(d_model, n_heads, n_kv_heads, bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    forward = GQALayerFromEarlierLessons.forward
+
+
+class GQALayerAlwaysWithBiases(StudentGQALayer):
+    def __init__(self, d_model, n_heads, n_kv_heads, bias=True):
+        super().__init__(d_model, n_heads, n_kv_heads)
+
+    forward = GQALayerFromEarlierLessons.forward
+
+
 def tiled_in_one_piece(query, key, value, is_causal=False, scale=None, block_size=64):
     """Right numbers, but the (T, S) scores are all there at once: no tiling at all."""
     T, S = query.shape[-2], key.shape[-2]
@@ -554,6 +811,8 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
      "key/value heads not lined up with the query heads"),
     ("grouped_query_attention", gqa_repeating_by_the_group_count,
      "key/value heads not lined up with the query heads"),
+    ("grouped_query_attention_layer", GQALayerWithHeadSizedKeys, "a projection of the wrong size"),
+    ("grouped_query_attention_layer", GQALayerAlwaysWithBiases, "biases although bias=False"),
     ("tiled_attention", tiled_in_one_piece, "the whole (T, S) score matrix computed at once"),
     ("tiled_attention", tiled_over_queries, "every key at once, a block of queries at a time"),
     ("merge_attention", merge_without_a_trailing_axis,
