@@ -57,9 +57,6 @@ MISTAKES = {
     "softmax": ("""
         return x.exp() / x.exp().sum(dim=dim, keepdim=True)
         """, "no max-subtraction"),
-    "attention_scores": ("""
-        return query @ key.transpose(-2, -1) / query.shape[-1]
-        """, "1/D instead of 1/sqrt(D)"),
     "scaled_dot_product_attention": ("""
         d_k = query.size(-1)
         scores = torch.matmul(query, key.transpose(-2, -1)) / d_k
@@ -202,6 +199,24 @@ MISTAKES = {
         out, _ = scaled_dot_product_attention(query, key, value, is_causal=True)
         return out, key, value
         """, "causal mask aligned top-left"),
+    "cached_rotary_attention": ("""
+        P = 0 if past_key is None else past_key.shape[-2]
+        q = split_heads(self.q_proj(x), self.n_heads)
+        k = split_heads(self.k_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        angles = rotary_angles(x.shape[-2], self.d_head, base=self.base)
+        q, k = apply_rotary(q, angles), apply_rotary(k, angles)
+        out, keys, values = cached_attention(q, k, v, past_key, past_value)
+        return self.out_proj(merge_heads(out)), keys, values
+        """, "new tokens rotated at positions 0 .. T-1"),
+    "grouped_query_attention_layer": ("""
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        """, "a projection of the wrong size"),
     "grouped_query_attention": ("""
         H, G = query.shape[1], key.shape[1]
         key = key.repeat(1, H // G, 1, 1)

@@ -83,12 +83,12 @@ LESSONS = (
                            "embeddings.token_and_position_embedding", difficulty=1, minutes=10))),
     Lesson(
         "02_scaled_dot_product", "scaled dot-product attention", teaches=("attention",),
-        builds="stable softmax, attention scores, `softmax(QK^T / sqrt(D)) V`",
+        builds="stable softmax, `softmax(QK^T / sqrt(D)) V` from the scaled scores to the "
+               "weighted sum of the values",
         practice=(Practice("softmax", "attention.softmax", difficulty=1, minutes=10),
-                  Practice("attention_scores", "attention.attention_scores",
-                           difficulty=2, minutes=10),
                   Practice("scaled_dot_product_attention",
-                           "attention.scaled_dot_product_attention", difficulty=1, minutes=5))),
+                           "attention.scaled_dot_product_attention", difficulty=2,
+                           minutes=15))),
     Lesson(
         "03_masking", "masking", teaches=("masks",),
         builds="causal and padding masks, applying a mask, masked attention, attention over a "
@@ -149,17 +149,22 @@ LESSONS = (
         "07_inference_and_scale", "attention at inference and at scale",
         teaches=("inference", "tiled"),
         builds="a key/value cache whose decoding equals uncached decoding token for token, "
-               "grouped-query attention and the cache it saves, tiled attention with an online "
-               "softmax and each query's logsumexp, two partial attentions merged by their "
-               "logsumexps; the speed-up and the memory each one buys, measured",
+               "with rotary positions too (keys rotated once, before the cache), "
+               "grouped-query attention, its layer and the cache it saves, tiled attention with "
+               "an online softmax and each query's logsumexp, two partial attentions merged by "
+               "their logsumexps; the speed-up and the memory each one buys, measured",
         practice=(Practice("cached_attention", "inference.cached_attention",
+                           difficulty=2, minutes=15),
+                  Practice("cached_rotary_attention", "inference.CachedRotaryAttention",
                            difficulty=2, minutes=15),
                   Practice("grouped_query_attention", "inference.grouped_query_attention",
                            difficulty=2, minutes=10),
+                  Practice("grouped_query_attention_layer", "inference.GroupedQueryAttention",
+                           difficulty=2, minutes=15),
                   Practice("tiled_attention", "tiled.tiled_attention", difficulty=3, minutes=25),
                   Practice("merge_attention", "tiled.merge_attention", difficulty=2, minutes=15)),
-        may_import=("attention", "masks", "inference.TinyDecoder", "inference.generate",
-                    "inference.cache_bytes", "tiled.peak_memory")),
+        may_import=("attention", "masks", "multihead", "rope", "inference.TinyDecoder",
+                    "inference.generate", "inference.cache_bytes", "tiled.peak_memory")),
     Lesson(
         "08_flash_backward", "training with tiled attention: FlashAttention's backward pass",
         teaches=("flash",),

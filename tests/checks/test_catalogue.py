@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_course.checks import MODULES, lesson04, lesson05, lesson06
+from attention_course.checks import MODULES, lesson04, lesson05, lesson06, lesson07, lesson08
 from attention_course.checks.framework import Exercise
 from helpers.answers import MISTAKES, REFERENCES, SIGN_EXAMPLES
 from helpers.answers.lesson04 import MHAByEinsum, MHAHandWritten
@@ -25,6 +25,7 @@ from helpers.answers.lesson05 import (
     SwiGLULikeTheLesson,
 )
 from helpers.answers.lesson06 import StudentRotaryMHA
+from helpers.answers.lesson07 import StubRotary, StudentGQALayer
 from helpers.checking import CHECK_NAMES, check_of, code_lines, failure, named_mistakes
 
 # exercises judged against a reference (not by a rule such as lesson 05's held-out accuracy)
@@ -43,8 +44,11 @@ CATALOGUE["train_step"] = lesson05.TRAIN_STEP_MISTAKES
 CATALOGUE["rms_norm"] = lesson05.RMS_NORM_MISTAKES
 CATALOGUE["swiglu"] = lesson05.SWIGLU_MISTAKES
 STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant,
-                    "train_step": lesson05.step_variant}
+                    "train_step": lesson05.step_variant,
+                    "flash_attention": lesson08.function_variant}  # a Function applied
 CATALOGUE["rotary_multi_head_attention"] = lesson06.ROTARY_MHA_MISTAKES
+CATALOGUE["cached_rotary_attention"] = lesson07.ROTARY_MISTAKES
+CATALOGUE["grouped_query_attention_layer"] = lesson07.GQA_LAYER_MISTAKES
 
 
 def test_every_check_has_its_catalogue_here():
@@ -68,6 +72,8 @@ def from_variant(name: str, knobs: dict):
         return LESSON05_CLASSES[name](knobs)
     if name == "rotary_multi_head_attention":
         return rotary_mha_with(knobs)
+    if name in ("cached_rotary_attention", "grouped_query_attention_layer"):
+        return lesson07_layer_with(name, knobs)
     if name != "multi_head_attention":
         return functools.partial(EXERCISES[name].variant, **knobs)
 
@@ -107,6 +113,21 @@ def block_with(knobs: dict):
         def forward(self, x):
             return lesson05.block_variant(self, x, **knobs)
     return Buggy
+
+
+def lesson07_layer_with(name: str, knobs: dict):
+    """Lesson 07's layers (the rotary decoding step, the grouped-query layer) as the wrong
+    variant with ``knobs``."""
+    if name == "cached_rotary_attention":
+        class BuggyRotary(StubRotary):
+            def forward(self, x, past_key=None, past_value=None):
+                return lesson07.cached_rotary_variant(self, x, past_key, past_value, **knobs)
+        return BuggyRotary
+
+    class BuggyGQA(StudentGQALayer):
+        def forward(self, query, key, value, is_causal=False):
+            return lesson07.gqa_layer_variant(self, query, key, value, is_causal, **knobs)
+    return BuggyGQA
 
 
 def rotary_mha_with(knobs: dict):

@@ -121,7 +121,7 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_
             nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
             submissions.append(Submission(student, LESSON, folder))
         results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
-    assert results["correct"].score == lesson.max_score == 13
+    assert results["correct"].score == lesson.max_score == 19
     assert results["blank"].score == 0
     tiles = {e.grade_id: e for e in results["untiled"].exercises}["check_tiled_attention"]
     assert tiles.points == 0 and tiles.mistake == "the whole (T, S) score matrix computed at once"
