@@ -1,5 +1,4 @@
-"""Lesson 08's checks beyond the tables of helpers/answers: a backward pass returning too few
-gradients is named although it fails while the gradients are computed; slow and memory-hungry
+"""Lesson 08's checks beyond the tables of helpers/answers: slow and memory-hungry
 answers that are right pass (the lesson measures them instead); the tiled checks hand the
 grader a harness it can name; and the grader gives full points to the instructor's answers and
 none to a tiled backward pass in one piece, and names the demo class's mistakes."""
@@ -10,23 +9,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from attention_course.checks import lesson08
 from attention_course.checks.framework import SESSION, Harnessed, Target
 from attention_course.checks.student import harness
 from helpers.answers.lesson08 import (
-    GRADIENT_SLIPS,
     flash_saving_the_weights,
     tiled_backward_every_block,
 )
-from helpers.checking import check_of, failure, named_mistakes
+from helpers.checking import check_of
 
 LESSON = "08_flash_backward"
-
-
-@pytest.mark.parametrize(("name", "slip", "mistake"), GRADIENT_SLIPS)
-def test_a_slip_raised_while_computing_gradients_is_named(name, slip, mistake):
-    message = failure(check_of(name), slip)
-    assert "while computing gradients" in message
-    assert named_mistakes(message) == [mistake], message
 
 
 @pytest.mark.parametrize(("name", "student"), [("flash_backward", tiled_backward_every_block),
@@ -52,7 +44,9 @@ def test_the_tiled_checks_hand_the_grader_a_harness_it_can_name():
     finally:
         SESSION.reset(token)
     assert isinstance(seen[0], Target)
-    assert all(isinstance(s, Harnessed) and s.function is harness.WithinBlocks for s in seen[1:])
+    assert isinstance(seen[1], Harnessed) and seen[1].function is harness.WithinBlocks
+    # the Function's forward and backward, both run inside the watched call
+    assert isinstance(seen[2], Harnessed) and seen[2].function is harness.ForwardAndBackward
 
 
 @pytest.mark.slow
@@ -96,3 +90,48 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_backward_in
         exercise = {e.grade_id: e for e in results[f"demo-{name}"].exercises}[f"check_{name}"]
         assert exercise.points == 0 and DEMO_MISTAKES[name][1] in (exercise.mistake or ""), \
             exercise.message
+
+
+@pytest.mark.slow
+def test_the_grader_refuses_autograd_and_names_slips_inside_the_functions_backward():
+    """The Function's backward pass runs inside the watched call in the student's process
+    too: torch.autograd.grad through attention in one piece there is refused, and a slip of
+    the backward pass alone is named."""
+    from grader.course import read_lesson
+    from grader.demo import practice_names, student_notebook
+    from grader.grading.submissions import Submission
+    from grader.workspace import Workspace
+    from helpers.gradebook import grade_here
+
+    lesson = read_lesson(LESSON)
+    given = "dq, dk, dv = flash_backward(query, key, value, out, lse, dout, *ctx.settings)"
+    backwards = {
+        "autograd": """with torch.enable_grad():
+            q, k, v = (x.detach().requires_grad_() for x in (query, key, value))
+            weights = torch.exp(q @ k.transpose(-2, -1) * query.shape[-1] ** -0.5)
+            o = weights / weights.sum(-1, keepdim=True) @ v
+            dq, dk, dv = torch.autograd.grad(o, (q, k, v), dout)""",
+        "no_scale": "dq, dk, dv = flash_backward(query, key, value, out, lse, dout, "
+                    "ctx.settings[0], None, ctx.settings[2])",
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = Workspace(Path(scratch) / "workspace")
+        submissions = []
+        for student, body in backwards.items():
+            notebook = student_notebook(LESSON, dict.fromkeys(practice_names(LESSON)))
+            cell = next(c for c in notebook.cells if "class FlashAttention(" in c.source)
+            assert given in cell.source
+            cell.source = cell.source.replace(given, body)
+            folder = workspace.submitted / student / LESSON
+            folder.mkdir(parents=True)
+            nbformat.write(notebook, folder / f"{LESSON}.ipynb")
+            submissions.append(Submission(student, LESSON, folder))
+        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    verdicts = {student: {e.grade_id: e for e in result.exercises}["check_flash_attention"]
+                for student, result in results.items()}
+    assert verdicts["autograd"].points == 0 and verdicts["autograd"].mistake == "shortcut", \
+        verdicts["autograd"].message
+    assert "torch.autograd.grad" in verdicts["autograd"].message
+    assert verdicts["no_scale"].points == 0
+    assert verdicts["no_scale"].mistake == lesson08.BACKWARD_IGNORES_SCALE.name, \
+        verdicts["no_scale"].message

@@ -304,54 +304,126 @@ LSE_LOG_L_ONLY = Mistake(
 FORWARD_MASK_TOP_LEFT = Mistake(
     "causal mask aligned top-left (queries placed at positions 0 .. T-1)",
     "The T queries are the last T of the S positions: query t sits at position S - T + t and "
-    "sees the keys up to there.", {"mask": "top_left"})
+    "sees the keys up to there.", {"forward_mask": "top_left"})
+BACKWARD_NOT_CAUSAL = Mistake(
+    "the backward pass ignores the causal mask: hidden keys get gradients",
+    "exp(score - L) is not 0 for a key the forward pass hid. Keep is_causal on ctx and pass it "
+    "on to the backward pass, which sets P to 0 where the mask hides the key (and may skip the "
+    "tiles it hides entirely).", {"mask": "none"})
+BACKWARD_IGNORES_SCALE = Mistake(
+    "the scale not passed on to the backward pass (it uses 1/sqrt(D))",
+    "The backward pass recomputes P = exp(Q K^T * scale - L) with the forward's scale, and "
+    "multiplies dQ and dK by it: keep `scale` on ctx and pass it on, as given (None or a "
+    "number).", {"backward_scale": False})
+
+
+def forward_and_backward(query, key, value, dout, is_causal=False, scale=None, block_size=64):
+    """The Function's out and lse, then its gradients of query, key and value for ``dout``:
+    what the harness returns (the reference's forward and backward, called directly)."""
+    out, lse = flash.flash_forward(query, key, value, is_causal, scale, block_size)
+    return out, lse, *flash.flash_backward(query, key, value, out, lse, dout, is_causal, scale,
+                                           block_size)
+
+
+def forward_and_backward_variant(query, key, value, dout, is_causal=False, scale=None,
+                                 block_size=64, *, lse="exact", forward_mask="bottom_right",
+                                 backward_scale=True, honour_scale=True, scale_rule="sqrt",
+                                 **backward_knobs):
+    """``forward_and_backward`` with a slip in the forward (the logsumexp, the mask, the scale
+    ignored) or in the backward (any of ``flash_backward``'s slips, the causal mask or the
+    scale not passed on to it); the backward pass starts from what the forward saved."""
+    out, saved = flash_forward_variant(query, key, value, is_causal, scale, block_size,
+                                       lse=lse, mask=forward_mask, scale_rule=scale_rule,
+                                       honour_scale=honour_scale)
+    grads = flash_backward_variant(query, key, value, out, saved, dout, is_causal,
+                                   scale if backward_scale else None, block_size,
+                                   scale_rule=scale_rule, honour_scale=honour_scale,
+                                   **backward_knobs)
+    return out, saved, *grads
+
+
+class _FunctionVariant(torch.autograd.Function):
+    """A student's Function with the slips of ``forward_and_backward_variant``."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal, scale, block_size, knobs):
+        out, lse = flash_forward_variant(
+            query, key, value, is_causal, scale, block_size, lse=knobs.get("lse", "exact"),
+            mask=knobs.get("forward_mask", "bottom_right"),
+            honour_scale=knobs.get("honour_scale", True))
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.settings, ctx.knobs = (is_causal, scale, block_size), knobs
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        query, key, value, out, lse = ctx.saved_tensors
+        is_causal, scale, block_size = ctx.settings
+        knobs = {k: v for k, v in ctx.knobs.items() if k not in ("lse", "forward_mask")}
+        if not knobs.pop("backward_scale", True):
+            scale = None
+        grads = flash_backward_variant(query, key, value, out, lse, dout, is_causal, scale,
+                                       block_size, **knobs)
+        return (*grads, None, None, None, None)
+
+
+def function_variant(query, key, value, is_causal=False, scale=None, block_size=64, **knobs):
+    """The wrong variant shaped as the student writes it: a Function applied, (out, lse)."""
+    return _FunctionVariant.apply(query, key, value, is_causal, scale, block_size, knobs)
+
 
 FLASH_ATTENTION = Exercise(
     name="flash_attention",
-    reference=flash.flash_attention,
-    inputs=("query", "key", "value"),
-    outputs=(("out", "(B, H, T, Dv)"), ("lse", "(B, H, T)")),
-    variant=flash_forward_variant,
+    reference=forward_and_backward,
+    inputs=("query", "key", "value", "dout"),
+    outputs=(("out", "(B, H, T, Dv)"), ("lse", "(B, H, T)"), ("dq", "(B, H, T, D)"),
+             ("dk", "(B, H, S, D)"), ("dv", "(B, H, S, Dv)")),
+    variant=forward_and_backward_variant,
     mistakes=(LSE_WITHOUT_MAX, LSE_MAX_ONLY, LSE_LOG_L_ONLY, FORWARD_MASK_TOP_LEFT,
-              IGNORES_SCALE),
+              IGNORES_SCALE, P_WITHOUT_SCALE, P_WITHOUT_LSE, P_BLOCK_SOFTMAX, D_MISSING,
+              D_FROM_BLOCK, BACKWARD_NOT_CAUSAL, MASK_TOP_LEFT, DQ_DK_SWAPPED, SCALE_TWICE,
+              SCALE_LEFT_OUT, LAST_BLOCK_LEFT_OUT, BACKWARD_IGNORES_SCALE),
     forbidden=forbid((flash.flash_forward, flash.flash_attention, flash.FlashAttention.forward,
                       flash.FlashAttention.backward, flash.SavedWeightsAttention.forward,
-                      tiled.tiled_attention, tiled.flash_attention) + AUTOGRAD
-                     + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
+                      flash.SavedWeightsAttention.backward, tiled.tiled_attention,
+                      tiled.flash_attention)
+                     + AUTOGRAD + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
 )
 
 
 def check_flash_attention(fn, seed: int = 0) -> None:
     """Check flash_attention(query, key, value, is_causal=False, scale=None, block_size=64) ->
-    (out, lse), and the gradients its backward pass gives the query, the key and the value
-    (the same as autograd's through attention). Lesson: 08_flash_backward"""
+    (out, lse), and the gradients its backward pass gives the query, the key and the value for
+    a given gradient of the output (the same as autograd's through attention). The backward
+    pass runs inside the check's watch, like the forward: no shortcut, and no tensor as large
+    as every query against every key, in either. Lesson: 08_flash_backward"""
     g = seeded(seed)
 
     def inputs(*batch, T, S, D=4, Dv=5, dtype=torch.float32, spread=1.0):
         return (spread * randn(*batch, T, D, generator=g, dtype=dtype),
                 spread * randn(*batch, S, D, generator=g, dtype=dtype),
-                randn(*batch, S, Dv, generator=g, dtype=dtype))
+                randn(*batch, S, Dv, generator=g, dtype=dtype),
+                randn(*batch, T, Dv, generator=g, dtype=dtype))
 
     cases = [
+        Case("float64, is_causal=True, T = S = 10 (dq and dk of the same shape), blocks of 3",
+             inputs(2, 3, T=10, S=10, dtype=torch.float64), {"is_causal": True, "block_size": 3}),
         Case("T = 20 queries, S = 30 keys in blocks of 4 (the last block holds 2); B, H, D, Dv "
              "= 2, 3, 4, 5", inputs(2, 3, T=20, S=30), {"block_size": 4}),
-        Case("large scores (about 100): exp() of a score overflows, blocks of 3",
-             inputs(2, 3, T=5, S=9, spread=6.0), {"block_size": 3}),
-        Case("float64, with gradients, T = 9, S = 13, blocks of 4",
-             inputs(2, 3, T=9, S=13, dtype=torch.float64), {"block_size": 4}, grad=True),
-        Case("float64, with gradients, is_causal=True, T = S = 10, blocks of 3",
-             inputs(2, 3, T=10, S=10, dtype=torch.float64),
-             {"is_causal": True, "block_size": 3}, grad=True),
-        Case("float64, with gradients, is_causal=True with T = 5 < S = 12: the queries are "
-             "the last 5 positions, blocks of 3", inputs(2, 3, T=5, S=12, dtype=torch.float64),
-             {"is_causal": True, "block_size": 3}, grad=True),
-        Case("float32, with gradients, is_causal=True, T = S = 12, blocks of 5",
-             inputs(2, 2, T=12, S=12), {"is_causal": True, "block_size": 5}, grad=True),
-        Case("float64, with gradients, an explicit scale=0.3, blocks of 3",
-             inputs(2, 3, T=5, S=7, dtype=torch.float64), {"scale": 0.3, "block_size": 3},
-             grad=True),
-        Case("one sequence without batch dims, (T, D) and (S, D), with gradients",
-             inputs(T=5, S=7, dtype=torch.float64), {"is_causal": True, "block_size": 3},
-             grad=True),
+        Case("float64, large scores (about 1000): exp() of a score overflows even in "
+             "float64, blocks of 3", inputs(2, 3, T=5, S=9, dtype=torch.float64, spread=30.0),
+             {"block_size": 3}),
+        Case("float64, T = 9, S = 13, blocks of 4", inputs(2, 3, T=9, S=13, dtype=torch.float64),
+             {"block_size": 4}),
+        Case("float64, is_causal=True with T = 5 < S = 12: the queries are the last 5 "
+             "positions, blocks of 3", inputs(2, 3, T=5, S=12, dtype=torch.float64),
+             {"is_causal": True, "block_size": 3}),
+        Case("float32, is_causal=True, T = S = 12, blocks of 5", inputs(2, 2, T=12, S=12),
+             {"is_causal": True, "block_size": 5}),
+        Case("float64, an explicit scale=0.3, blocks of 3",
+             inputs(2, 3, T=5, S=7, dtype=torch.float64), {"scale": 0.3, "block_size": 3}),
+        Case("one sequence without batch dims, (T, D) and (S, D), is_causal=True, blocks of 3",
+             inputs(T=5, S=7, dtype=torch.float64), {"is_causal": True, "block_size": 3}),
     ]
-    run_check(FLASH_ATTENTION, Harnessed(harness.WithinBlocks, (fn,)), cases)
+    run_check(FLASH_ATTENTION, Harnessed(harness.ForwardAndBackward, (fn,)), cases)

@@ -256,12 +256,37 @@ def flash_saving_the_weights(query, key, value, is_causal=False, scale=None, blo
     return FlashSavingTheWeights.apply(query, key, value, is_causal, scale, block_size)
 
 
+class FlashInFloat64(torch.autograd.Function):
+    """Both passes in float64 inside (the forward's statistics, the backward's tiles), the
+    results in the inputs' dtype."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal=False, scale=None, block_size=64):
+        out, lse = forward_with_lse(query.double(), key.double(), value.double(), is_causal,
+                                    scale, block_size)
+        out, lse = out.to(query.dtype), lse.to(query.dtype)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.settings = (is_causal, scale, block_size)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        return (*tiled_backward_in_float64(*ctx.saved_tensors, dout, *ctx.settings),
+                None, None, None)
+
+
+def flash_in_float64(query, key, value, is_causal=False, scale=None, block_size=64):
+    return FlashInFloat64.apply(query, key, value, is_causal, scale, block_size)
+
+
 CORRECT = {
     "attention_backward": [backward_by_matrices, backward_by_einsum_in_float64,
                            backward_by_the_jacobian],
     "flash_backward": [tiled_backward_skipping, tiled_backward_every_block,
                        tiled_backward_in_float64],
-    "flash_attention": [flash_by_skipping, flash_in_query_blocks, flash_saving_the_weights],
+    "flash_attention": [flash_by_skipping, flash_in_query_blocks, flash_saving_the_weights,
+                        flash_in_float64],
 }
 REFERENCES = {
     "attention_backward": flash.attention_backward,
@@ -317,6 +342,70 @@ def flash_through_torch(query, key, value, is_causal=False, scale=None, block_si
     return AutogradInside.apply(query, key, value, is_causal, scale, block_size)
 
 
+def function_whose_backward_is(name, backward):
+    """A student's Function with a right tiled forward and the given ``backward(ctx, dout)``
+    body, applied by a wrapper called ``name``."""
+    class Student(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal=False, scale=None, block_size=64):
+            out, lse = forward_with_lse(query, key, value, is_causal, scale, block_size)
+            ctx.save_for_backward(query, key, value, out, lse)
+            ctx.settings = (is_causal, scale, block_size)
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            return (*backward(ctx, dout), None, None, None)
+
+    def flash_attention(query, key, value, is_causal=False, scale=None, block_size=64):
+        return Student.apply(query, key, value, is_causal, scale, block_size)
+    flash_attention.__name__ = name
+    return flash_attention
+
+
+def autograd_through_the_tiles(ctx, dout):
+    """The backward by torch.autograd.grad through the tiled forward run again."""
+    query, key, value, _, _ = ctx.saved_tensors
+    with torch.enable_grad():
+        q, k, v = (x.detach().requires_grad_() for x in (query, key, value))
+        out, _ = forward_with_lse(q, k, v, *ctx.settings)
+        return torch.autograd.grad(out, (q, k, v), dout)
+
+
+def vjp_through_the_tiles(ctx, dout):
+    query, key, value, _, _ = ctx.saved_tensors
+    _, vjp = torch.func.vjp(lambda q, k, v: forward_with_lse(q, k, v, *ctx.settings)[0],
+                            query, key, value)
+    return vjp(dout)
+
+
+def backward_of_torch_attention(ctx, dout):
+    """PyTorch's attention run again in the backward, and its backward pass."""
+    query, key, value, _, _ = ctx.saved_tensors
+    is_causal, scale, _ = ctx.settings
+    with torch.enable_grad():
+        q, k, v = (x.detach().requires_grad_() for x in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+        return torch.autograd.grad(out, (q, k, v), dout)
+
+
+def autograd_through_naive_attention(ctx, dout):
+    """Autograd through lesson 02's attention in one piece, inside the backward."""
+    query, key, value, _, _ = ctx.saved_tensors
+    is_causal, scale, _ = ctx.settings
+    T, S = query.shape[-2], key.shape[-2]
+    with torch.enable_grad():
+        q, k, v = (x.detach().requires_grad_() for x in (query, key, value))
+        mask = ~hidden(T, S, 0, S) if is_causal else None
+        out, _ = attention.scaled_dot_product_attention(q, k, v, mask, scale=scale)
+        return torch.autograd.grad(out, (q, k, v), dout)
+
+
+def backward_in_one_piece(ctx, dout):
+    return tiled_backward_in_one_piece(*ctx.saved_tensors, dout, *ctx.settings)
+
+
 def flash_from_the_course(query, key, value, is_causal=False, scale=None, block_size=64):
     """This lesson's reference Function, the course's (not written)."""
     return flash.FlashAttention.apply(query, key, value, is_causal, scale, block_size)
@@ -326,8 +415,19 @@ BUILT_INS = {
     "attention_backward": {"torch.autograd.grad": backward_by_autograd,
                            "F.scaled_dot_product_attention + backward": backward_by_torch},
     "flash_backward": {"Tensor.backward": tiled_backward_by_autograd},
-    "flash_attention": {"F.scaled_dot_product_attention": flash_through_torch,
-                        "flash.FlashAttention": flash_from_the_course},
+    "flash_attention": {
+        "F.scaled_dot_product_attention": flash_through_torch,
+        "flash.FlashAttention": flash_from_the_course,
+        "torch.autograd.grad inside backward": function_whose_backward_is(
+            "flash_with_autograd_in_backward", autograd_through_the_tiles),
+        "torch.func.vjp inside backward": function_whose_backward_is(
+            "flash_with_vjp_in_backward", vjp_through_the_tiles),
+        "torch.autograd.grad through a naive attention inside backward":
+            function_whose_backward_is("flash_autograd_through_naive_attention",
+                                       autograd_through_naive_attention),
+        "F.scaled_dot_product_attention inside backward": function_whose_backward_is(
+            "flash_with_torch_in_backward", backward_of_torch_attention),
+    },
 }
 
 
@@ -373,27 +473,39 @@ def tiled_backward_with_block_d(query, key, value, out, lse, dout, is_causal=Fal
     return dq, torch.cat(dk, -2), torch.cat(dv, -2)
 
 
-def tiled_backward_student(name, *, mask=True, subtract_lse=True):
+def tiled_backward_student(name, *, mask=True, subtract_lse=True, scale_p=True, use_d=True,
+                           swap=False, scale_grads=1):
     """A student's tiled backward, called ``name``, with one of the slips the lesson names."""
     def flash_backward(query, key, value, out, lse, dout, is_causal=False, scale=None,
                        block_size=64):
         T, S = query.shape[-2], key.shape[-2]
         scale = query.shape[-1] ** -0.5 if scale is None else scale
-        d = (dout * out).sum(-1, keepdim=True)
+        d = (dout * out).sum(-1, keepdim=True) if use_d else 0
         dq, dk, dv = 0, [], []
         for k0 in range(0, S, block_size):
             k, v = key[..., k0:k0 + block_size, :], value[..., k0:k0 + block_size, :]
-            scores = query @ k.transpose(-2, -1) * scale
+            scores = query @ k.transpose(-2, -1) * (scale if scale_p else 1)
             p = torch.exp(scores - lse[..., None]) if subtract_lse else torch.exp(scores)
             if is_causal and mask:
                 p = p.masked_fill(hidden(T, S, k0, k.shape[-2]), 0.0)
             ds = p * (dout @ v.transpose(-2, -1) - d)
-            dq = dq + ds @ k * scale
-            dk.append(ds.transpose(-2, -1) @ query * scale)
+            dq = dq + ds @ k * scale ** scale_grads
+            dk.append(ds.transpose(-2, -1) @ query * scale ** scale_grads)
             dv.append(p.transpose(-2, -1) @ dout)
-        return dq, torch.cat(dk, -2), torch.cat(dv, -2)
+        dq, dk, dv = dq, torch.cat(dk, -2), torch.cat(dv, -2)
+        return (dk, dq, dv) if swap else (dq, dk, dv)
     flash_backward.__name__ = name
     return flash_backward
+
+
+def function_calling(name, flash_backward, *, pass_causal=True, pass_scale=True):
+    """A student's Function (right forward) whose backward calls ``flash_backward``, passing on
+    is_causal and scale, or forgetting one of them."""
+    def backward(ctx, dout):
+        is_causal, scale, block_size = ctx.settings
+        return flash_backward(*ctx.saved_tensors, dout, is_causal and pass_causal,
+                              scale if pass_scale else None, block_size)
+    return function_whose_backward_is(name, backward)
 
 
 class FlashWithoutTheMaximum(FlashBySkipping):
@@ -429,6 +541,27 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     tiled_backward_student("flash_backward_without_lse", subtract_lse=False):
         ("flash_backward", [lesson08.P_WITHOUT_LSE.name]),
     flash_without_the_maximum: ("flash_attention", [lesson08.LSE_WITHOUT_MAX.name]),
+    # the Function's backward pass, judged inside the check since it runs in its call
+    function_calling("flash_without_d", tiled_backward_student("fb", use_d=False)):
+        ("flash_attention", [lesson08.D_MISSING.name]),
+    function_calling("flash_with_block_d", tiled_backward_with_block_d):
+        ("flash_attention", [lesson08.D_FROM_BLOCK.name]),
+    function_calling("flash_p_unscaled", tiled_backward_student("fb", scale_p=False)):
+        ("flash_attention", [lesson08.P_WITHOUT_SCALE.name]),
+    function_calling("flash_p_without_lse", tiled_backward_student("fb", subtract_lse=False)):
+        ("flash_attention", [lesson08.P_WITHOUT_LSE.name]),
+    function_calling("flash_swapped", tiled_backward_student("fb", swap=True)):
+        ("flash_attention", [lesson08.DQ_DK_SWAPPED.name]),
+    function_calling("flash_scaled_twice", tiled_backward_student("fb", scale_grads=2)):
+        ("flash_attention", [lesson08.SCALE_TWICE.name]),
+    function_calling("flash_unscaled_grads", tiled_backward_student("fb", scale_grads=0)):
+        ("flash_attention", [lesson08.SCALE_LEFT_OUT.name]),
+    function_calling("flash_backward_unmasked", tiled_backward_student("fb", mask=False)):
+        ("flash_attention", [lesson08.BACKWARD_NOT_CAUSAL.name]),
+    function_calling("flash_causal_not_passed", tiled_backward_skipping, pass_causal=False):
+        ("flash_attention", [lesson08.BACKWARD_NOT_CAUSAL.name]),
+    function_calling("flash_scale_not_passed", tiled_backward_skipping, pass_scale=False):
+        ("flash_attention", [lesson08.BACKWARD_IGNORES_SCALE.name]),
 }
 
 
@@ -460,10 +593,13 @@ def flash_returning_three_gradients(query, key, value, is_causal=False, scale=No
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("flash_backward", tiled_backward_in_one_piece,
      "the whole (T, S) matrix computed at once"),
-]
-# raised while the check computes the gradients (named as the slips are; tested in
-# checks/test_lesson08.py, since the message says where it was raised)
-GRADIENT_SLIPS = [
+    # the Function's backward pass runs inside the check's call, under the same size watch
+    ("flash_attention", function_whose_backward_is("flash_backward_in_one_piece",
+                                                   backward_in_one_piece),
+     "the whole (T, S) matrix computed at once"),
     ("flash_attention", flash_returning_three_gradients,
      "backward returns fewer gradients than forward has inputs"),
 ]
+# none left: the check runs the Function's backward pass inside its call, so what it raises
+# is reported like any error of the student's code (the table stays for other lessons)
+GRADIENT_SLIPS = []

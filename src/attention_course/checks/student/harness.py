@@ -83,6 +83,61 @@ class _SizeLimit(TorchDispatchMode):
 __all__ += ["WithinBlocks"]
 
 
+# ---------------------------------------------------------------- lesson 08: a backward pass
+
+class ForwardAndBackward:
+    """The student's function returning (out, lse) from its own ``torch.autograd.Function``,
+    run forward and then backward with the given ``dout``, both inside the observed call (so
+    that what the backward pass calls is watched for shortcuts like the forward's) and both
+    under ``WithinBlocks``' size limit. Returns out, lse and the gradients of the query, the
+    key and the value.
+
+    The backward pass runs through the student's own graph by the autograd engine, the call
+    ``torch.autograd.grad`` itself ends in: the check forbids the student's code
+    ``torch.autograd.grad``, and this scaffolding must not count as calling it."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, query, key, value, dout, *args, **kwargs):
+        inputs = tuple(x.detach().requires_grad_() for x in (query, key, value))
+
+        def forward_and_backward(*inputs_and_settings, **settings):
+            result = self.fn(*inputs_and_settings, **settings)
+            out = result[0] if isinstance(result, tuple | list) and result else result
+            if not (isinstance(out, torch.Tensor) and out.requires_grad):
+                raise RuntimeError("no gradient reaches query, key or value: the output is cut "
+                                   "off from them (is it the output of your Function's apply, "
+                                   "not detached?)")
+            grads = _engine_backward(out, dout, inputs)
+            missing = [name for name, g in zip(("query", "key", "value"), grads, strict=True)
+                       if g is None]
+            if missing:
+                raise RuntimeError(f"your backward gives no gradient to `{missing[0]}` (it "
+                                   f"returned None in its place)")
+            return (*(detach_all(result)), *(g.detach() for g in grads))
+
+        return WithinBlocks(forward_and_backward)(*inputs, *args, **kwargs)
+
+
+def detach_all(result) -> tuple:
+    result = tuple(result) if isinstance(result, tuple | list) else (result,)
+    return tuple(r.detach() if isinstance(r, torch.Tensor) else r for r in result)
+
+
+def _engine_backward(out, dout, inputs: tuple) -> tuple:
+    """The gradients of ``out`` (weighted by ``dout``) with respect to ``inputs``: what
+    ``torch.autograd.grad(out, inputs, dout, allow_unused=True)`` computes, by the engine
+    it calls (without its Python frame, which the shortcut watch would record)."""
+    from torch.autograd.variable import Variable
+
+    return Variable._execution_engine.run_backward(
+        (out,), (dout,), False, False, inputs, True, False)
+
+
+__all__ += ["ForwardAndBackward"]
+
+
 # ---------------------------------------------------------------- lesson 05
 
 
