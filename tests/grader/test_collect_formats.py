@@ -85,7 +85,8 @@ CASES = {
                f"Ann Lee_57_assignsubmission_file_/lesson two/Copy of {NB}": notebook("ann"),
                "Chen Wei_58_assignsubmission_onlinetext_/onlinetext.html": b"<p>hi</p>"},
         rows={f"Bob Smith_55_assignsubmission_file_/{NB}": [("bob-smith", "collected")],
-              f"Ann Lee_57_assignsubmission_file_/lesson two/Copy of {NB}": [("ann-lee", "renamed")],
+              f"Ann Lee_57_assignsubmission_file_/lesson two/Copy of {NB}":
+                  [("ann-lee", "renamed")],
               "Chen Wei_58_assignsubmission_onlinetext_/onlinetext.html":
                   [("chen-wei", "skipped")]},
         kept={"bob-smith": "bob", "ann-lee": "ann"}, status=1, without_notebook={"chen-wei"}),
