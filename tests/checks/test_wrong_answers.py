@@ -130,11 +130,6 @@ def causal_by_arange_on_device(T, S=None, device=None):
     return torch.arange(T, device=device)[:, None] >= torch.arange(S, device=device)
 
 
-def scores_scale_or_default(query, key, scale=None):
-    scale = scale or 1 / math.sqrt(query.shape[-1])
-    return query @ key.transpose(-2, -1) * scale
-
-
 def gqa_scale_or_default(query, key, value, is_causal=False, scale=None):
     scale = scale or query.shape[-1] ** -0.5
     groups = query.shape[-3] // key.shape[-3]
@@ -148,10 +143,11 @@ def gqa_scale_or_default(query, key, value, is_causal=False, scale=None):
     return weights @ value, weights
 
 
-def scores_einsum_is_none(query, key, scale=None):
+def attention_einsum_is_none(query, key, value, scale=None):
     """Correct: einsum, and None tested as None."""
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    return torch.einsum("...td,...sd->...ts", query, key) * scale
+    weights = torch.einsum("...td,...sd->...ts", query, key).mul(scale).softmax(dim=-1)
+    return torch.einsum("...ts,...sv->...tv", weights, value), weights
 
 
 def attention_scale_or_default(query, key, value, scale=None):
@@ -203,8 +199,9 @@ def one_hot_einsum(token_ids, weight):
 
 # ---------------------------------------------------------------- generic messages, made specific
 
-def scores_times_three(query, key, scale=None):
-    return 3 * scores_einsum_is_none(query, key, scale)
+def attention_out_times_three(query, key, value, scale=None):
+    out, weights = attention_einsum_is_none(query, key, value, scale)
+    return 3 * out, weights
 
 
 def apply_mask_turned_over(scores, attn_mask):
@@ -235,8 +232,6 @@ WRONG = [
      "far below -88"),
     ("causal_mask", causal_on_the_cpu, ["device argument ignored"], "device"),
     ("causal_mask", causal_moved_to_cpu, ["device argument ignored"], "device"),
-    ("attention_scores", scores_scale_or_default,
-     ["scale=0 treated as no scale (scale or default)"], "scale=0"),
     ("scaled_dot_product_attention", attention_scale_or_default,
      ["scale=0 treated as no scale (scale or default)"], "scale=0"),
     ("masked_attention", masked_attention_scale_or_default,
@@ -251,7 +246,8 @@ WRONG = [
      ["an integer (int64) tensor multiplied with a float one"], "long int"),
     ("one_hot_embedding", one_hot_einsum,
      ["an integer (int64) tensor multiplied with a float one"], "Long"),
-    ("attention_scores", scores_times_three, [], "every value is 3 times the expected one"),
+    ("scaled_dot_product_attention", attention_out_times_three, [],
+     "every value is 3 times the expected one"),
     ("apply_mask", apply_mask_turned_over, ["two tensors whose axes do not line up"],
      "axis 3 (counted from the front"),
     ("scaled_dot_product_attention", weights_turned_over, [],
@@ -262,7 +258,7 @@ RIGHT = [
     ("softmax", softmax_by_logsumexp),
     ("tiled_attention", tiled_in_float64),
     ("causal_mask", causal_by_arange_on_device),
-    ("attention_scores", scores_einsum_is_none),
+    ("scaled_dot_product_attention", attention_einsum_is_none),
     ("scaled_dot_product_attention", attention_by_loops),
     ("masked_attention", masked_attention_safe_rows),
 ]
@@ -295,14 +291,15 @@ def masked_attention_unguarded(query, key, value, attn_mask=None, is_causal=Fals
 
 # ---------------------------------------------------------------- the warnings of a slip
 
-def scores_copied(query, key, scale=None):
+def attention_copied(query, key, value, scale=None):
     scores = torch.tensor(query @ key.transpose(-2, -1))  # copy-constructed: torch warns
-    return scores * query.shape[-1] ** -0.5
+    weights = torch.softmax(scores * query.shape[-1] ** -0.5, dim=-1)
+    return weights @ value, weights
 
 
 def test_torchs_warning_points_at_the_students_line():
     with pytest.warns(UserWarning, match="copy construct from a tensor") as caught:
-        failure(check_of("attention_scores"), scores_copied)
+        failure(check_of("scaled_dot_product_attention"), attention_copied)
     assert {w.filename for w in caught} == {__file__}
 
 

@@ -1,4 +1,5 @@
-"""Checks for lesson 02_scaled_dot_product: softmax, attention scores, attention."""
+"""Checks for lesson 02_scaled_dot_product: softmax, and attention from the scaled scores to the
+weighted sum of the values."""
 
 import torch
 import torch.nn.functional as F
@@ -119,22 +120,6 @@ ZERO_SCALE_AS_NONE = Mistake(
     "choice (every key gets the same weight). Test `scale is None` instead.",
     {"honour_scale": "truthy"})
 
-ATTENTION_SCORES = Exercise(
-    name="attention_scores",
-    reference=attention.attention_scores,
-    inputs=("query", "key"),
-    outputs=(("scores", "(B, H, T, S): one row per query, one column per key"),),
-    variant=scores_variant,
-    mistakes=SCALE_MISTAKES + (
-        IGNORES_SCALE, ZERO_SCALE_AS_NONE,
-        Mistake("scores transposed (keys x queries)",
-                "Compute query @ key^T, so row t holds query t against every key: "
-                "(B,H,T,D) @ (B,H,D,S) -> (B,H,T,S).", {"transpose": True}),
-    ),
-    forbidden=forbid([attention.attention_scores]),
-)
-
-
 def attention_inputs(g, *shape, dtype=torch.float32, dv=None):
     """Query (..., T, D), key (..., S, D) and, if ``dv``, value (..., S, dv) from sizes."""
     *batch, T, S, D = shape
@@ -144,22 +129,6 @@ def attention_inputs(g, *shape, dtype=torch.float32, dv=None):
 
 
 DISTINCT = "distinct sizes B, H, T, S, D = 2, 3, 5, 7, 4"
-
-
-def check_attention_scores(fn, seed: int = 0) -> None:
-    """Check attention_scores(query, key, scale=None). Lesson: 02_scaled_dot_product"""
-    g = seeded(seed)
-    cases = [
-        Case(DISTINCT, attention_inputs(g, 2, 3, 5, 7, 4)),
-        Case("float64, with gradients", attention_inputs(g, 2, 3, 5, 7, 4, dtype=torch.float64),
-             grad=True),
-        Case("an explicit scale=0.3", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": 0.3}),
-        Case("scale=0 (legal: every score 0)", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": 0.0}),
-        Case("a negative scale=-0.5", attention_inputs(g, 2, 3, 5, 7, 4), {"scale": -0.5}),
-        Case("one sequence without batch dims, (T, D) and (S, D)", attention_inputs(g, 5, 7, 4)),
-        Case("extra batch dims (2, 2, 3, T, D)", attention_inputs(g, 2, 2, 3, 5, 7, 4)),
-    ]
-    run_check(ATTENTION_SCORES, fn, cases)
 
 
 # ---------------------------------------------------------------- scaled dot-product attention
@@ -195,13 +164,14 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
     variant=attention_variant,
     mistakes=SCALE_MISTAKES + (SOFTMAX_OVER_QUERIES, SCORES_TIMES_VALUES, IGNORES_SCALE,
                                ZERO_SCALE_AS_NONE),
-    forbidden=forbid((attention.scaled_dot_product_attention,) + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
+    forbidden=forbid((attention.scaled_dot_product_attention, attention.attention_scores)
+                     + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
 )
 
 
 def check_scaled_dot_product_attention(fn, seed: int = 0) -> None:
-    """Check scaled_dot_product_attention(query, key, value, scale=None) -> (out, weights).
+    """Check scaled_dot_product_attention(query, key, value, scale=None) -> (out, weights),
+    written whole: the scaled scores, the softmax over the keys, the weighted sum of the values.
 
     Lesson: 02_scaled_dot_product
     """

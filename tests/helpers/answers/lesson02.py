@@ -30,20 +30,25 @@ def softmax_in_float64_on_last_axis(x, dim=-1):
 
 
 def scores_by_einsum(query, key, scale=None):
+    """The scores alone, for the tests' answers of later lessons."""
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     return torch.einsum("...td,...sd->...ts", query, key) * scale
 
 
-def scores_by_scaling_queries(query, key, scale=None):
+def attention_scaling_queries(query, key, value, scale=None):
     if scale is None:
         scale = query.size(-1) ** -0.5
-    return (query * scale) @ key.mT
+    weights = softmax_by_logsumexp((query * scale) @ key.mT)
+    return weights @ value, weights
 
 
-def scores_by_loop_over_keys(query, key, scale=None):
+def attention_by_loop_over_keys(query, key, value, scale=None):
     columns = [(query * key[..., s : s + 1, :]).sum(-1) for s in range(key.shape[-2])]
     scores = torch.stack(columns, dim=-1)  # (..., T, S)
-    return scores / math.sqrt(query.shape[-1]) if scale is None else scores * scale
+    scores = scores / math.sqrt(query.shape[-1]) if scale is None else scores * scale
+    weights = softmax_by_max(scores)
+    out = sum(weights[..., :, s, None] * value[..., s, None, :] for s in range(key.shape[-2]))
+    return out, weights
 
 
 def attention_by_einsum(query, key, value, scale=None):
@@ -88,13 +93,12 @@ def masked_attention_per_query(query, key, value, attn_mask=None, is_causal=Fals
 
 CORRECT = {
     "softmax": [softmax_by_max, softmax_by_logsumexp, softmax_in_float64_on_last_axis],
-    "attention_scores": [scores_by_einsum, scores_by_scaling_queries, scores_by_loop_over_keys],
     "scaled_dot_product_attention": [attention_by_einsum, attention_in_float64,
-                                     masked_attention_per_query],
+                                     masked_attention_per_query, attention_scaling_queries,
+                                     attention_by_loop_over_keys],
 }
 REFERENCES = {
     "softmax": attention.softmax,
-    "attention_scores": attention.attention_scores,
     "scaled_dot_product_attention": attention.scaled_dot_product_attention,
 }
 
@@ -149,8 +153,9 @@ def softmax_over_everything(x, dim=-1):
     return exps / exps.sum()
 
 
-def scores_keys_times_queries(query, key, scale=None):
-    return key @ query.transpose(-2, -1) / math.sqrt(query.shape[-1])
+def attention_keys_times_queries(query, key, value, scale=None):
+    weights = torch.softmax(key @ query.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1)
+    return weights @ value, weights
 
 
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
@@ -165,7 +170,6 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
                                    ["max taken over the last axis instead of along dim"]),
     softmax_over_everything: ("softmax", ["max over the whole tensor instead of along dim",
                                           "sum over the whole tensor instead of along dim"]),
-    scores_keys_times_queries: ("attention_scores", ["scores transposed (keys x queries)"]),
 }
 
 
@@ -192,49 +196,60 @@ def softmax_for_matrices(x, dim=-1):
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
-def scores_by_dot_T(query, key, scale=None):
-    return query @ key.T / math.sqrt(query.shape[-1])
+def attention_by_dot_T(query, key, value, scale=None):
+    weights = torch.softmax(query @ key.T / math.sqrt(query.shape[-1]), dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_dot_t(query, key, scale=None):
-    return query @ key.t() / math.sqrt(query.shape[-1])
+def attention_by_dot_t(query, key, value, scale=None):
+    weights = torch.softmax(query @ key.t() / math.sqrt(query.shape[-1]), dim=-1)
+    return weights @ value, weights
 
 
-def scores_without_transpose(query, key, scale=None):
-    return query @ key / math.sqrt(query.shape[-1])
+def attention_without_transpose(query, key, value, scale=None):
+    weights = torch.softmax(query @ key / math.sqrt(query.shape[-1]), dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_torch_sqrt(query, key, scale=None):
-    return query @ key.transpose(-2, -1) / torch.sqrt(query.shape[-1])
+def attention_by_torch_sqrt(query, key, value, scale=None):
+    weights = torch.softmax(query @ key.transpose(-2, -1) / torch.sqrt(query.shape[-1]), dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_fixed_axes(query, key, scale=None):
+def attention_by_fixed_axes(query, key, value, scale=None):
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return query @ key.transpose(2, 3) * scale
+    weights = torch.softmax(query @ key.transpose(2, 3) * scale, dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_permute(query, key, scale=None):
+def attention_by_permute(query, key, value, scale=None):
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return query @ key.permute(0, 1, 3, 2) * scale
+    weights = torch.softmax(query @ key.permute(0, 1, 3, 2) * scale, dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_einsum_for_4_axes(query, key, scale=None):
+def attention_by_einsum_for_4_axes(query, key, value, scale=None):
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return torch.einsum("bhtd,bhsd->bhts", query, key) * scale
+    weights = torch.softmax(torch.einsum("bhtd,bhsd->bhts", query, key) * scale, dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_einsum_with_one_letter(query, key, scale=None):
+def attention_by_einsum_with_one_letter(query, key, value, scale=None):
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return torch.einsum("bhtd,bhtd->bhtt", query, key) * scale
+    weights = torch.softmax(torch.einsum("bhtd,bhtd->bhtt", query, key) * scale, dim=-1)
+    return weights @ value, weights
 
 
-def scores_by_unpacking(query, key, scale=None):
+def attention_by_unpacking(query, key, value, scale=None):
     B, H, T, D = query.shape
-    return query @ key.transpose(-2, -1) * (D ** -0.5 if scale is None else scale)
+    scores = query @ key.transpose(-2, -1) * (D ** -0.5 if scale is None else scale)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
 
 
-def scores_scaled_by_none(query, key, scale=None):
-    return query @ key.transpose(-2, -1) * scale
+def attention_scaled_by_none(query, key, value, scale=None):
+    weights = torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1)
+    return weights @ value, weights
 
 
 def attention_with_a_sum_without_keepdim(query, key, value, scale=None):
@@ -255,20 +270,26 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
     ("softmax", softmax_max_without_keepdim, "reduction without keepdim=True"),
     ("softmax", softmax_max_with_its_indices, "max(dim=...) used as a tensor"),
     ("softmax", softmax_for_matrices, "code written for one number of axes"),
-    ("attention_scores", scores_by_dot_T,
+    ("scaled_dot_product_attention", attention_by_dot_T,
      "every axis of key reversed (.T) instead of the last two swapped"),
-    ("attention_scores", scores_by_dot_t, ".t() on a tensor with batch axes"),
-    ("attention_scores", scores_without_transpose, "matrix product of shapes that do not line up"),
-    ("attention_scores", scores_by_torch_sqrt, "torch function given a Python number"),
-    ("attention_scores", scores_by_fixed_axes, "code written for one number of axes"),
-    ("attention_scores", scores_by_permute, "code written for one number of axes"),
-    ("attention_scores", scores_by_einsum_for_4_axes, "code written for one number of axes"),
-    ("attention_scores", scores_by_einsum_with_one_letter,
+    ("scaled_dot_product_attention", attention_by_dot_t, ".t() on a tensor with batch axes"),
+    ("scaled_dot_product_attention", attention_without_transpose,
+     "matrix product of shapes that do not line up"),
+    ("scaled_dot_product_attention", attention_by_torch_sqrt,
+     "torch function given a Python number"),
+    ("scaled_dot_product_attention", attention_by_fixed_axes,
+     "code written for one number of axes"),
+    ("scaled_dot_product_attention", attention_by_permute, "code written for one number of axes"),
+    ("scaled_dot_product_attention", attention_by_einsum_for_4_axes,
+     "code written for one number of axes"),
+    ("scaled_dot_product_attention", attention_by_einsum_with_one_letter,
      "one einsum letter for two different axes"),
-    ("attention_scores", scores_by_unpacking, "code written for one number of axes"),
-    ("attention_scores", scores_scaled_by_none, "scale=None used as a number"),
+    ("scaled_dot_product_attention", attention_by_unpacking, "code written for one number of axes"),
+    ("scaled_dot_product_attention", attention_scaled_by_none, "scale=None used as a number"),
     ("scaled_dot_product_attention", attention_with_a_sum_without_keepdim,
      "reduction without keepdim=True"),
+    ("scaled_dot_product_attention", attention_keys_times_queries,
+     "matrix product of shapes that do not line up"),
     ("scaled_dot_product_attention", attention_with_values_transposed,
      "matrix product of shapes that do not line up"),
 ]
