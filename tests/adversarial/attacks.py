@@ -301,7 +301,9 @@ import sys
 import torch
 wrong = {  # the same mistakes as the answers below, put in the reference's place
     "softmax": lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
-    "attention_scores": lambda q, k, scale=None: q @ k.transpose(-2, -1) / q.shape[-1],
+    "scaled_dot_product_attention": lambda q, k, v, scale=None: (
+        q @ k.transpose(-2, -1) / q.shape[-1] @ v,
+        (q @ k.transpose(-2, -1) / q.shape[-1]).softmax(-1)),
 }
 for name, module in list(sys.modules.items()):
     if name.startswith("attention_course"):
@@ -330,8 +332,6 @@ class Agreeable(torch.Tensor):
 
 AGREEABLE_ANSWERS = {
     "softmax": "return torch.zeros_like(x).as_subclass(Agreeable)",
-    "attention_scores": "scores = torch.zeros(query.shape[:-1] + key.shape[-2:-1])\n"
-                        "return scores.as_subclass(Agreeable)",
     "scaled_dot_product_attention": "out = torch.zeros(query.shape[:-1] + value.shape[-1:])\n"
                                     "weights = torch.zeros(query.shape[:-1] + key.shape[-2:-1])\n"
                                     "return out.as_subclass(Agreeable), "
@@ -341,8 +341,6 @@ AGREEABLE_ANSWERS = {
 REFERENCE_ANSWERS = {
     "softmax": "from attention_course.attention import softmax as reference\n"
                "return reference(x, dim)",
-    "attention_scores": "from attention_course.attention import attention_scores as reference\n"
-                        "return reference(query, key, scale)",
     "scaled_dot_product_attention": "import attention_course.attention as ref\n"
                                     "return ref.scaled_dot_product_attention(query, key, "
                                     "value, scale)",
@@ -465,7 +463,6 @@ get_ipython().set_custom_exc((Exception,), lambda shell, etype, value, tb, tb_of
 
 BUILTIN_ANSWERS = {  # right answers from the built-ins the exercises forbid
     "softmax": "return torch.softmax(x, dim)",
-    "attention_scores": None,  # (nothing to steal: the instructor's answer)
     "scaled_dot_product_attention":
         "import torch.nn.functional as F\n"
         "scale = query.shape[-1] ** -0.5 if scale is None else scale\n"
@@ -527,7 +524,7 @@ import json, os
 fake = json.dumps({"outputs": None, "error": None, "shortcuts": [], "modified_inputs": [],
                    "grads": {}}).encode()
 reply = json.dumps({"value": {"~": "dict", "items": {}}, "blob": 0}).encode() + b"\\n"
-for grade_id in ("check_softmax", "check_attention_scores", "check_scaled_dot_product_attention"):
+for grade_id in ("check_softmax", "check_scaled_dot_product_attention"):
     os.write(4, json.dumps({"at": grade_id}).encode() + b"\\n")
     os.write(4, json.dumps({"reply": [len(reply)] * 6}).encode() + b"\\n" + reply * 6)
 os._exit(0)
@@ -865,7 +862,7 @@ ATTACKS = [
            "import torch\ntorch.set_default_dtype(torch.float64)", correct=True,
            needs_human=False),
     attack("correct-compiled", "correct, its softmax compiled with @torch.compile",
-           build=answered({"softmax": "return stable_softmax(x, dim)", "attention_scores": None,
+           build=answered({"softmax": "return stable_softmax(x, dim)",
                            "scaled_dot_product_attention": None}, COMPILED_HELPER),
            score=FULL, needs_human=False),
     attack("correct-profiled", "correct, with cProfile left running", LEAVES_A_PROFILER_ON,

@@ -218,7 +218,8 @@ def grade(workspace: Workspace, downloads: dict[str, dict[str, bytes]], sandboxe
 def honest_submissions(planted: dict[str, str]) -> dict[str, dict[str, bytes]]:
     first = notebook(correct=True)
     first.cells.append(nbformat.v4.new_markdown_cell(f"my notes: {planted['submission']}"))
-    second = notebook(answers={"softmax": MISTAKES["softmax"][0], "attention_scores": None})
+    second = notebook(answers={"softmax": MISTAKES["softmax"][0],
+                                        "scaled_dot_product_attention": None})
     return {LESSON: file_of(HONEST[0], first) | file_of(HONEST[1], second)}
 
 

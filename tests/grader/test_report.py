@@ -294,17 +294,17 @@ LONG = " ".join(f"Name v{i % 4} Attribute amax" for i in range(8))
 
 def test_pairs_whose_every_answer_is_alike_are_listed_highlighted_in_the_report():
     other = LONG.replace("amax", "amin", 1)
-    results = [with_answers("ann", {"softmax": LONG, "attention_scores": LONG + " x"}),
-               with_answers("bob", {"softmax": LONG, "attention_scores": LONG + " x"}),
-               with_answers("cy", {"softmax": other, "attention_scores": LONG + " x"}),
-               with_answers("dee", {"softmax": "Return v0", "attention_scores": LONG})]
+    results = [with_answers("ann", {"softmax": LONG, "scaled_dot_product_attention": LONG + " x"}),
+               with_answers("bob", {"softmax": LONG, "scaled_dot_product_attention": LONG + " x"}),
+               with_answers("cy", {"softmax": other, "scaled_dot_product_attention": LONG + " x"}),
+               with_answers("dee", {"softmax": "Return v0", "scaled_dot_product_attention": LONG})]
     pairs = alike.alike_pairs(results)
     assert [p.students for p in pairs] == [("ann", "bob"), ("ann", "cy"), ("bob", "cy")]
     assert pairs[0].similarity == 1.0 and pairs[1].similarity < 1.0
     page = report_html(results, {}, standings_of(results))
     (cluster,) = alike.alike_clusters(pairs, results)  # linked through ann-cy and bob-cy
     assert cluster.students == ("ann", "bob", "cy") and cluster.similarity < 1.0
-    assert cluster.exercises == ("attention_scores", "softmax")
+    assert cluster.exercises == ("scaled_dot_product_attention", "softmax")
     assert "3: ann, bob, cy" in page and cluster.answer[:40] in page
 
 

@@ -40,7 +40,7 @@ CLASS = {  # student -> (notebook bytes, timestamp.txt or None)
             "2025-03-03 09:15:00.000000 UTC"),
     "zed": (b"{not a notebook", None),
 }
-MAX = 7.0  # lesson 02's points
+MAX = 5.0  # lesson 02's points
 
 
 def submissions(students: dict) -> dict:
@@ -116,7 +116,7 @@ def test_the_autograded_notebook_shows_the_verdicts_and_none_of_the_students_out
     verdicts = {c.metadata["nbgrader"]["grade_id"]: c.outputs[0]["text"] for c in notebook.cells
                 if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c.outputs}
     assert verdicts["check_softmax"].startswith("[grader] failed: 0 / 2 points")
-    assert verdicts["check_attention_scores"].startswith("[grader] passed")
+    assert verdicts["check_scaled_dot_product_attention"].startswith("[grader] passed")
     assert not [c for c in notebook.cells if c.cell_type == "code" and c.outputs
                 and not c.metadata.get("nbgrader", {}).get("grade")]
     held = nbformat.read(graded.autograded_file("fay", LESSON), as_version=4)
@@ -253,12 +253,12 @@ def test_grading_again_skips_what_is_graded_unless_the_files_changed_or_again(gr
 
 
 def test_a_human_score_wins_survives_grading_again_and_is_in_the_csv(graded, capsys):
-    assert total(graded, "bob") == 5
+    assert total(graded, "bob") == 3
     gradebook.set_manual_score(graded, "bob", LESSON, "check_softmax", 1.5, extra_credit=0.5)
-    assert total(graded, "bob") == 7  # 1.5 + 0.5 + the 5 points of the other cells
+    assert total(graded, "bob") == 5  # 1.5 + 0.5 + the 3 points of the other cell
 
     assert grade(graded, "--student", "bob", "--again") == 0
-    assert total(graded, "bob") == 7
+    assert total(graded, "bob") == 5
     assert gradebook.overrides(graded) == [("bob", LESSON, "check_softmax", 1.5, 0.5)]
     entries = gradebook.history(graded, "bob", LESSON)
     assert len(entries) == 2 and entries[0]["result"] == entries[1]["result"] | {
@@ -279,7 +279,7 @@ def test_a_human_score_wins_survives_grading_again_and_is_in_the_csv(graded, cap
     assert grade(graded, "--student", "bob") == 0
     softmax = dict((g[0], g[1:]) for g in rows(graded)["bob", LESSON]["notebooks"][0]["grades"])
     assert softmax["check_softmax"] == (2.0, 1.5, 0.5, True)
-    assert total(graded, "bob") == 7
+    assert total(graded, "bob") == 5
 
 
 def test_a_held_submission_counts_zero_until_a_human_sets_its_grade(graded):
@@ -288,14 +288,13 @@ def test_a_held_submission_counts_zero_until_a_human_sets_its_grade(graded):
     canvas = read_csv(graded.report / "canvas.csv")
     column, fay = canvas[0].index(LESSON), 2 + sorted(CLASS).index("fay")
     assert canvas[fay][column] == ""  # no grade in Canvas yet
-    for grade_id, points in (("check_softmax", 2), ("check_attention_scores", 2),
-                             ("check_scaled_dot_product_attention", 2)):
+    for grade_id, points in (("check_softmax", 2), ("check_scaled_dot_product_attention", 2)):
         gradebook.set_manual_score(graded, "fay", LESSON, grade_id, points)
     by_student, header = report(graded)
-    assert by_student["fay"][header.index(LESSON)] == "6"
+    assert by_student["fay"][header.index(LESSON)] == "4"
     canvas = read_csv(graded.report / "canvas.csv")
-    assert canvas[fay][column] == "6"
-    assert ">6 (set by hand)<" in (graded.report / "report.html").read_text()
+    assert canvas[fay][column] == "4"
+    assert ">4 (set by hand)<" in (graded.report / "report.html").read_text()
 
 
 def test_feedback_reads_the_gradebook(graded):
