@@ -598,9 +598,9 @@ STILL_LEARNING = (
     "Look at the loss first (the last loss on the progress bar, or history.loss[-1]). Near 0 "
     "while the model copies nothing: copy_task_loss does not score the answer digits (its "
     "check says what). Still near its start (about 2.5 untrained): the model did not learn; "
-    "check copy_task_loss, then your DecoderBlock. Falling but not low yet: train further in a "
-    "new cell, history = train(model, task, copy_task_loss, TrainConfig(seed=1)), and run this "
-    "check again.")
+    "check copy_task_loss and train_step, then your DecoderBlock. Falling but not low yet: "
+    "train further in a new cell, history = train(model, task, copy_task_loss, "
+    "TrainConfig(seed=1), step=train_step), and run this check again.")
 
 
 def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransformer:
