@@ -9,11 +9,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from attention_course import flash
 from attention_course.checks import lesson08
 from attention_course.checks.framework import SESSION, Harnessed, Target
 from attention_course.checks.student import harness
 from helpers.answers.lesson08 import (
     flash_saving_the_weights,
+    function_whose_backward_is,
     tiled_backward_every_block,
 )
 from helpers.checking import check_of
@@ -27,6 +29,15 @@ def test_right_but_slow_or_memory_hungry_answers_pass(name, student, capsys):
     """Computing the hidden tiles, or saving every tile's weights, gives the right gradients:
     the lesson shows what they cost, the check does not fail them."""
     check_of(name)(student)
+    assert capsys.readouterr().out.startswith("ok:")
+
+
+def test_the_reference_flash_backward_is_allowed_in_the_functions_backward(capsys):
+    """A student stuck on exercise 2 imports the course's flash_backward (the Stuck? path):
+    the Function's backward may call it, as every exercise may call earlier ones."""
+    def backward(ctx, dout):
+        return flash.flash_backward(*ctx.saved_tensors, dout, *ctx.settings)
+    check_of("flash_attention")(function_whose_backward_is("flash_attention", backward))
     assert capsys.readouterr().out.startswith("ok:")
 
 
