@@ -164,14 +164,11 @@ MISTAKES = {
         self.down = nn.Linear(4 * d_model, d_model, bias=False)
         self.dropout = dropout
         """, "hidden width 4 * d_model instead of d_ff"),
-    "rotary_angles": ("""
-        if isinstance(positions, int):
-            positions = torch.arange(positions)
-        position = positions.to(device=device, dtype=dtype)[:, None]
-        i = torch.arange(d_head // 2, device=device, dtype=dtype)
-        return position / base ** (i / d_head)
-        """, "exponent uses i instead of 2i"),
-    "apply_rotary": ("""
+    "rotate_pairs": ("""
+        if positions is None:
+            positions = torch.arange(x.shape[-2])
+        D = x.shape[-1]
+        angles = positions.to(x.dtype)[:, None] / base ** (torch.arange(0, D, 2) / D)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         cos, sin = torch.cos(angles), torch.sin(angles)
         return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
@@ -217,12 +214,6 @@ MISTAKES = {
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         """, "a projection of the wrong size"),
-    "grouped_query_attention": ("""
-        H, G = query.shape[1], key.shape[1]
-        key = key.repeat(1, H // G, 1, 1)
-        value = value.repeat(1, H // G, 1, 1)
-        return scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale)
-        """, "key/value heads repeated in the wrong order"),
     "tiled_attention": ("""
         scale = query.shape[-1] ** -0.5 if scale is None else scale
         T, S = query.shape[-2], key.shape[-2]

@@ -135,12 +135,11 @@ LESSONS = (
                     "training.History", "training.greedy_decode", "training.sequence_accuracy")),
     Lesson(
         "06_rotary_positions", "rotary position embeddings", teaches=("rope", "lengths"),
-        builds="rotary angles of given positions, rotating half-split pairs of queries and "
-               "keys, rotary multi-head attention that places its queries and keys at given "
-               "positions; models with no, sinusoidal, learned and rotary positions tested on "
-               "sequences twice as long as in training",
-        practice=(Practice("rotary_angles", "rope.rotary_angles", difficulty=1, minutes=10),
-                  Practice("apply_rotary", "rope.apply_rotary", difficulty=2, minutes=15),
+        builds="rotating the half-split pairs of queries and keys by the angles of given "
+               "positions, rotary multi-head attention that places its queries and keys at "
+               "given positions; models with no, sinusoidal, learned and rotary positions "
+               "tested on sequences twice as long as in training",
+        practice=(Practice("rotate_pairs", "rope.rotate_pairs", difficulty=2, minutes=25),
                   Practice("rotary_multi_head_attention", "rope.RotaryMultiHeadAttention",
                            difficulty=2, minutes=15)),
         may_import=("attention", "masks", "embeddings", "multihead", "lengths",
@@ -150,17 +149,16 @@ LESSONS = (
         teaches=("inference", "tiled"),
         builds="a key/value cache whose decoding equals uncached decoding token for token, "
                "with rotary positions too (keys rotated once, before the cache), "
-               "grouped-query attention, its layer and the cache it saves, tiled attention with "
+               "a grouped-query attention layer (each key/value head shared by a group of "
+               "query heads) and the cache it saves, tiled attention with "
                "an online softmax and each query's logsumexp, two partial attentions merged by "
                "their logsumexps; the speed-up and the memory each one buys, measured",
         practice=(Practice("cached_attention", "inference.cached_attention",
                            difficulty=2, minutes=15),
                   Practice("cached_rotary_attention", "inference.CachedRotaryAttention",
                            difficulty=2, minutes=15),
-                  Practice("grouped_query_attention", "inference.grouped_query_attention",
-                           difficulty=2, minutes=10),
                   Practice("grouped_query_attention_layer", "inference.GroupedQueryAttention",
-                           difficulty=2, minutes=15),
+                           difficulty=2, minutes=20),
                   Practice("tiled_attention", "tiled.tiled_attention", difficulty=3, minutes=25),
                   Practice("merge_attention", "tiled.merge_attention", difficulty=2, minutes=15)),
         may_import=("attention", "masks", "multihead", "rope", "inference.TinyDecoder",

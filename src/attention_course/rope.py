@@ -73,6 +73,26 @@ def apply_rotary(x: Tensor, angles: Tensor) -> Tensor:
     return rotated.to(x.dtype)
 
 
+def rotate_pairs(x: Tensor, positions: Tensor | None = None, *, base: float = 10000.0) -> Tensor:
+    """Turn every half-split pair of x by the angle of its position: ``rotary_angles`` and
+    ``apply_rotary`` in one step, with angles in at least 32 bits.
+
+    Args:
+        x: (..., T, D) queries or keys, D even.
+        positions: None for the positions 0 .. T-1, or a (T,) tensor of positions (e.g.
+            ``torch.arange(P, P + T)`` after a cache of P).
+        base: the wavelength scale.
+    Returns:
+        (..., T, D) tensor in the dtype of x: pair i of token t turned by p_t / base^(2i/D),
+        the angles made on the device of x in its dtype, float32 for 16-bit x.
+    Lesson: 06_rotary_positions
+    """
+    at = x.shape[-2] if positions is None else positions
+    angles = rotary_angles(at, x.shape[-1], base=base, device=x.device,
+                           dtype=compute_dtype(x.dtype))
+    return apply_rotary(x, angles)
+
+
 class RotaryMultiHeadAttention(MultiHeadAttention):
     """Lesson 04's multi-head attention with rotary positions: after the projections and the
     split into heads, each head's queries and keys are rotated by their positions (by default

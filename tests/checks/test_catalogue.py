@@ -226,7 +226,7 @@ def test_student_mistake_is_diagnosed(student, name, expected):
 def test_every_catalogued_mistake_of_lesson_06_has_an_answer_written_by_hand():
     by_hand = {(name, mistake) for name, mistakes in MISTAKES.values() for mistake in mistakes}
     by_hand |= set(SIGN_EXAMPLES)
-    for name in ("rotary_angles", "apply_rotary", "rotary_multi_head_attention"):
+    for name in ("rotate_pairs", "rotary_multi_head_attention"):
         for mistake in CATALOGUE[name]:
             written = (name, mistake.name) in by_hand
             inherited = mistake.name in ("missing output projection", "is_causal not passed on",

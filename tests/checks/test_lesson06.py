@@ -21,8 +21,7 @@ from helpers.checking import check_of
 from helpers.gradebook import read_course
 
 LESSON = "06_rotary_positions"
-CATALOGUES = {"rotary_angles": lesson06.ROTARY_ANGLES.mistakes,
-              "apply_rotary": lesson06.APPLY_ROTARY.mistakes,
+CATALOGUES = {"rotate_pairs": lesson06.ROTATE_PAIRS.mistakes,
               "rotary_multi_head_attention": lesson06.ROTARY_MHA_MISTAKES}
 
 
@@ -62,16 +61,18 @@ def test_shifting_every_position_in_the_layer_is_no_mistake():
 def test_pytorchs_rotary_embedding_is_a_shortcut_caught_in_the_students_process():
     onnx = pytest.importorskip("torch.onnx.ops")
 
-    def apply_rotary(x, angles):
+    def rotate_pairs(x, positions=None, *, base=10000.0):
+        D = x.shape[-1]
+        angles = torch.arange(x.shape[-2])[:, None] / base ** (torch.arange(0, D, 2) / D)
         positions = torch.arange(x.shape[-2]).expand(x.shape[0], -1)
         return onnx.rotary_embedding(x, angles.cos(), angles.sin(), positions)
 
-    x, angles = torch.randn(2, 3, 5, 8), rope.rotary_angles(5, 8)
-    seen = observe(("x", "angles"), lesson06.APPLY_ROTARY.forbidden, apply_rotary,
-                   Case("a (2, 3, 5, 8) x", (x, angles)))
+    x = torch.randn(2, 3, 5, 8)
+    seen = observe(("x",), lesson06.ROTATE_PAIRS.forbidden, rotate_pairs,
+                   Case("a (2, 3, 5, 8) x", (x,)))
     assert seen.shortcuts == [lesson06.ONNX_ROTARY]
     # the grader gets the rule by name, with no import of torch.onnx
-    assert lesson06.ONNX_ROTARY in lesson06.APPLY_ROTARY.forbidden.qualified_names
+    assert lesson06.ONNX_ROTARY in lesson06.ROTATE_PAIRS.forbidden.qualified_names
     assert "torch.onnx" not in subprocess.run(
         [sys.executable, "-c", "import sys, attention_course.checks\n"
                                "print(sorted(m for m in sys.modules if m.startswith('torch.')))"],
@@ -81,8 +82,10 @@ def test_pytorchs_rotary_embedding_is_a_shortcut_caught_in_the_students_process(
 def test_pytorchs_rotary_embedding_in_a_submission_is_flagged():
     notebook = student_notebook(LESSON, dict.fromkeys(practice_names(LESSON)))
     practice = next(c for c in notebook.cells
-                    if c.metadata.get("nbgrader", {}).get("grade_id") == "apply_rotary")
-    practice.source = ("import torch.onnx.ops\n\ndef apply_rotary(x, angles):\n"
+                    if c.metadata.get("nbgrader", {}).get("grade_id") == "rotate_pairs")
+    practice.source = ("import torch.onnx.ops\n\ndef rotate_pairs(x, positions=None, *, "
+                       "base=10000.0):\n"
+                       "    angles = rotary_angles(x.shape[-2], x.shape[-1], base=base)\n"
                        "    positions = torch.arange(x.shape[-2]).expand(x.shape[0], -1)\n"
                        "    return torch.onnx.ops.rotary_embedding(x, angles.cos(), "
                        "angles.sin(), positions)\n")
@@ -105,7 +108,7 @@ def test_the_grader_gives_full_points_none_and_names_the_mistakes(graded_class):
     results = {student: json.loads(workspace.result_file(student, LESSON).read_text())
                for student in notebooks}
     full = read_course()[LESSON].max_score
-    assert read_course()[LESSON].points == [("check_rotary_angles", 2), ("check_apply_rotary", 3),
+    assert read_course()[LESSON].points == [("check_rotate_pairs", 5),
                                             ("check_rotary_multi_head_attention", 3)]
     assert (results["correct"]["outcome"], results["correct"]["score"]) == ("graded", full), \
         results["correct"]

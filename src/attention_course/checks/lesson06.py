@@ -1,5 +1,5 @@
-"""Checks for lesson 06_rotary_positions: rotary angles, rotating pairs, rotary multi-head
-attention."""
+"""Checks for lesson 06_rotary_positions: rotating the pairs of queries and keys by the angles
+of their positions, rotary multi-head attention."""
 
 import copy
 import dataclasses
@@ -26,7 +26,7 @@ def _forbid(functions, builtins=()):
     return dataclasses.replace(forbidden, function_names=frozenset({ONNX_ROTARY}))
 
 
-# ---------------------------------------------------------------- rotary_angles
+# ---------------------------------------------------------------- rotate_pairs: the angles
 
 def angles_variant(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32,
                    exponent="2i", first_position=0, inverted=False, ignore_base=False,
@@ -41,73 +41,35 @@ def angles_variant(positions, d_head, *, base=10000.0, device=None, dtype=torch.
     return (position * frequency).to(device=device, dtype=dtype)  # (T, D/2)
 
 
-def _one_angle_per_dimension(got, expected) -> bool:
-    return got[0].shape[:-1] == expected[0].shape[:-1] \
-        and got[0].shape[-1] == 2 * expected[0].shape[-1]
-
-
 ANGLES_FROM_ONE = Mistake(
     "positions counted from 1",
     "The first position is t = 0, whose angles are all 0: the first token is not rotated.",
     {"first_position": 1})
 GIVEN_POSITIONS_IGNORED = Mistake(
     "a tensor of positions ignored: the angles of 0 .. T-1 instead",
-    "When `positions` is a tensor, row t of the table belongs to the token at position "
-    "positions[t] (after a cache of P tokens, P + t), not to position t: use its values, "
-    "converted to the float dtype asked for.", {"given": "counted"})
+    "When `positions` is given, token t sits at position positions[t] (after a cache of P "
+    "tokens, P + t), not at t: its pairs turn by the angles of that position, made from its "
+    "value in the float dtype of the angles.", {"given": "counted"})
 
-ROTARY_ANGLES = Exercise(
-    name="rotary_angles",
-    reference=rope.rotary_angles,
-    inputs=("positions", "d_head"),
-    outputs=(("angles", "(T, D/2): one angle per position and pair"),),
-    variant=angles_variant,
-    mistakes=(
-        Mistake("exponent uses i instead of 2i (base^(i/D))",
-                "Pair i turns with frequency base^(-2i/D): the exponent runs over the even "
-                "numbers 0, 2, 4, ... up to D - 2, divided by D.", {"exponent": "i"}),
-        Mistake("the 2 of 2i counted twice (exponent 4i / D)",
-                "If you already step through 0, 2, 4, ..., do not multiply by 2 again.",
-                {"exponent": "4i"}),
-        Mistake("frequency inverted (t * base^(2i/D))",
-                "Angles are t divided by base^(2i/D): the later pairs turn slower, not faster.",
-                {"inverted": True}),
-        ANGLES_FROM_ONE,
-        GIVEN_POSITIONS_IGNORED,
-        Mistake("ignores the base argument",
-                "Use the `base` you are given; 10000 is only its default.",
-                {"ignore_base": True}),
-        Mistake("one angle per dimension instead of one per pair",
-                "The two dimensions of a pair turn together by the same angle: D/2 columns, "
-                "not D. Repeating the angles across the dimensions happens where they are "
-                "applied, not here.", sign=_one_angle_per_dimension),
-    ),
-    forbidden=forbid([rope.rotary_angles]),
+ANGLE_MISTAKES = (
+    Mistake("exponent uses i instead of 2i (base^(i/D))",
+            "Pair i turns with frequency base^(-2i/D): the exponent runs over the even "
+            "numbers 0, 2, 4, ... up to D - 2, divided by D.", {"exponent": "i"}),
+    Mistake("the 2 of 2i counted twice (exponent 4i / D)",
+            "If you already step through 0, 2, 4, ..., do not multiply by 2 again.",
+            {"exponent": "4i"}),
+    Mistake("frequency inverted (t * base^(2i/D))",
+            "Angles are t divided by base^(2i/D): the later pairs turn slower, not faster.",
+            {"inverted": True}),
+    ANGLES_FROM_ONE,
+    GIVEN_POSITIONS_IGNORED,
+    Mistake("ignores the base argument",
+            "Use the `base` you are given; 10000 is only its default.",
+            {"ignore_base": True}),
 )
 
 
-def check_rotary_angles(fn, seed: int = 0) -> None:
-    """Check rotary_angles(positions, d_head, base=..., dtype=...): the (T, D/2) angles of the
-    positions 0 .. T-1 (an int T) or of a (T,) tensor of positions.
-
-    Lesson: 06_rotary_positions
-    """
-    g = seeded(seed)
-    T = 5 + int(torch.randint(3, (), generator=g))  # 5, 6 or 7 positions
-    cases = [
-        Case(f"T = {T} positions, head width D = 8", (T, 8)),
-        Case(f"T = {T + 2}, D = 12, base = 100", (T + 2, 12), {"base": 100.0}),
-        Case("T = 4, D = 2 (a single pair)", (4, 2)),
-        Case(f"T = {T}, D = 6, dtype float64", (T, 6), {"dtype": torch.float64}),
-        Case(f"positions a tensor: {T} tokens after a cache of 9, torch.arange(9, {9 + T}), "
-             f"D = 8", (torch.arange(9, 9 + T), 8)),
-        Case("positions a tensor in no order, with repeats: [7, 0, 3, 3, 12], D = 8, float64",
-             (torch.tensor([7, 0, 3, 3, 12]), 8), {"dtype": torch.float64}),
-    ]
-    run_check(ROTARY_ANGLES, fn, cases)
-
-
-# ---------------------------------------------------------------- apply_rotary
+# ---------------------------------------------------------------- rotate_pairs: the rotation
 
 def rotary_variant(x, angles, *, pairs="half", layout="half", swap=False, direction=1):
     """``pairs``: which dimensions turn together ("half": i and i + D/2, "interleaved": 2i and
@@ -135,56 +97,73 @@ INTERLEAVED = Mistake(
     "convention, and weights trained with one do not work with the other.",
     {"pairs": "interleaved", "layout": "interleaved"})
 
-APPLY_ROTARY = Exercise(
-    name="apply_rotary",
-    reference=rope.apply_rotary,
-    inputs=("x", "angles"),
+ROTATION_MISTAKES = (
+    INTERLEAVED,
+    Mistake("angles laid out for interleaved pairs while the pairs are half-split",
+            "With half-split pairs, dimension i and dimension i + D/2 share angle i: "
+            "widen the (T, D/2) table by putting it twice side by side, not by repeating "
+            "each angle twice in a row.", {"layout": "interleaved"}),
+    Mistake("angles laid out half-split while the pairs are interleaved",
+            "The pairs and the angle table must follow the same convention: pair i is "
+            "(x_i, x_{i+D/2}) and turns by angle i.", {"pairs": "interleaved"}),
+    Mistake("sin and cos swapped",
+            "A rotation by a keeps x_i cos a and adds -x_{i+D/2} sin a; at angle 0 the "
+            "vector must come back unchanged.", {"swap": True}),
+    Mistake("rotation in the wrong direction (the sign of sin flipped)",
+            "Rotate by +a: the first half becomes x1 cos a - x2 sin a, the second half "
+            "x1 sin a + x2 cos a.", {"direction": -1}),
+)
+_ANGLE_KNOBS = ("exponent", "first_position", "inverted", "ignore_base", "given")
+
+
+def rotate_pairs_variant(x, positions=None, *, base=10000.0, angle_dtype=None, **knobs):
+    """The reference's rotation with the knobs of ``angles_variant`` (how the angles are made)
+    and of ``rotary_variant`` (how they turn the pairs); ``angle_dtype`` the angles' dtype."""
+    angle_knobs = {k: knobs.pop(k) for k in _ANGLE_KNOBS if k in knobs}
+    T, D = x.shape[-2:]
+    dtype = angle_dtype or torch.promote_types(x.dtype, torch.float32)
+    angles = angles_variant(T if positions is None else positions, D, base=base,
+                            device=x.device, dtype=dtype, **angle_knobs)
+    return rotary_variant(x, angles, **knobs).to(x.dtype)
+
+
+ROTATE_PAIRS = Exercise(
+    name="rotate_pairs",
+    reference=rope.rotate_pairs,
+    inputs=("x",),
     outputs=(("rotated", "(..., T, D), the shape of x"),),
-    variant=rotary_variant,
-    mistakes=(
-        INTERLEAVED,
-        Mistake("angles laid out for interleaved pairs while the pairs are half-split",
-                "With half-split pairs, dimension i and dimension i + D/2 share angle i: "
-                "widen the (T, D/2) table by putting it twice side by side, not by repeating "
-                "each angle twice in a row.", {"layout": "interleaved"}),
-        Mistake("angles laid out half-split while the pairs are interleaved",
-                "The pairs and the angle table must follow the same convention: pair i is "
-                "(x_i, x_{i+D/2}) and turns by angle i.", {"pairs": "interleaved"}),
-        Mistake("sin and cos swapped",
-                "A rotation by a keeps x_i cos a and adds -x_{i+D/2} sin a; at angle 0 the "
-                "vector must come back unchanged.", {"swap": True}),
-        Mistake("rotation in the wrong direction (the sign of sin flipped)",
-                "Rotate by +a: the first half becomes x1 cos a - x2 sin a, the second half "
-                "x1 sin a + x2 cos a.", {"direction": -1}),
-    ),
-    forbidden=_forbid([rope.apply_rotary]),
+    variant=rotate_pairs_variant,
+    mistakes=(*ANGLE_MISTAKES, *ROTATION_MISTAKES),
+    forbidden=_forbid([rope.rotate_pairs, rope.rotary_angles, rope.apply_rotary]),
 )
 
 
-def check_apply_rotary(fn, seed: int = 0) -> None:
-    """Check apply_rotary(x, angles): each half-split pair of x rotated by its angle.
+def check_rotate_pairs(fn, seed: int = 0) -> None:
+    """Check rotate_pairs(x, positions=None, base=...): every half-split pair of x turned by
+    the angle of its position, the positions 0 .. T-1 or the given ones.
 
     Lesson: 06_rotary_positions
     """
     g = seeded(seed)
-
-    def angles(T, D, dtype=torch.float32):
-        return 3 * randn(T, D // 2, generator=g, dtype=dtype)  # any angle, several turns
-
+    T = 5 + int(torch.randint(3, (), generator=g))  # 5, 6 or 7 positions
     cases = [
-        Case("B, H, T, D = 2, 3, 5, 8 with random angles",
-             (randn(2, 3, 5, 8, generator=g), angles(5, 8))),
-        Case("no batch dims: T, D = 6, 4",
-             (randn(6, 4, generator=g), angles(6, 4))),
-        Case("extra batch dims (2, 2, 3, T, D), T, D = 5, 6",
-             (randn(2, 2, 3, 5, 6, generator=g), angles(5, 6))),
-        Case("the angles of rotary_angles(7, 8)",
-             (randn(2, 7, 8, generator=g), rope.rotary_angles(7, 8, base=100.0))),
-        Case("float64, with gradients for x and the angles",
-             (randn(2, 3, 5, 8, generator=g, dtype=torch.float64),
-              angles(5, 8, torch.float64)), grad=True),
+        Case(f"B, H, T, D = 2, 3, {T}, 8, positions 0 .. T-1", (randn(2, 3, T, 8, generator=g),)),
+        Case(f"no batch dims: T, D = {T + 2}, 12, base = 100",
+             (randn(T + 2, 12, generator=g),), {"base": 100.0}),
+        Case("T, D = 4, 2 (a single pair), base = 10", (randn(4, 2, generator=g),),
+             {"base": 10.0}),
+        Case(f"extra batch dims (2, 2, 3, T, D), T, D = {T}, 6",
+             (randn(2, 2, 3, T, 6, generator=g),)),
+        Case(f"positions a tensor: {T} tokens after a cache of 9, torch.arange(9, {9 + T}), "
+             f"(B, H, T, D) = (2, 2, {T}, 8)", (randn(2, 2, T, 8, generator=g),),
+             {"positions": torch.arange(9, 9 + T)}),
+        Case("positions in no order, with repeats: [7, 0, 3, 3, 12], D = 8, base = 100, "
+             "float64 with gradients", (randn(2, 5, 8, generator=g, dtype=torch.float64),),
+             {"positions": torch.tensor([7, 0, 3, 3, 12]), "base": 100.0}, grad=True),
+        Case("float64, positions 0 .. T-1 as far as 300, D = 16, with gradients",
+             (randn(1, 300, 16, generator=g, dtype=torch.float64),), grad=True),
     ]
-    run_check(APPLY_ROTARY, fn, cases)
+    run_check(ROTATE_PAIRS, fn, cases)
 
 
 # ---------------------------------------------------------------- RotaryMultiHeadAttention

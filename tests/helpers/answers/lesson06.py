@@ -1,5 +1,6 @@
 """Lesson 06's answers as students write them: the class a student starts from, three correct
-styles per exercise, a shortcut, and answers with a catalogued mistake (some recognised by a
+styles per exercise (rotate_pairs also from its two pieces, the angles and the rotation, each
+in several styles), a shortcut, and answers with a catalogued mistake (some recognised by a
 sign), every one of the lesson's own mistakes written by hand."""
 
 import math
@@ -70,6 +71,33 @@ def rotate_by_matrices(x, angles):
     pairs = torch.stack([x[..., :half], x[..., half:]], dim=-1)  # (..., T, P, 2)
     turned = torch.einsum("tpij,...tpj->...tpi", matrices, pairs)
     return torch.cat([turned[..., 0], turned[..., 1]], dim=-1)
+
+
+# ---------------------------------------------------------------- rotate_pairs
+
+def rotating(angles, rotate):
+    """rotate_pairs written as a student writes it in two steps: the (T, D/2) angles by
+    ``angles`` (in at least 32 bits, on the device of x), then the pairs turned by ``rotate``."""
+    def rotate_pairs(x, positions=None, *, base=10000.0):
+        at = x.shape[-2] if positions is None else positions
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        table = angles(at, x.shape[-1], base=base, device=x.device, dtype=dtype)
+        return rotate(x, table).to(x.dtype)
+    rotate_pairs.__name__ = rotate_pairs.__qualname__ = f"{angles.__name__}_{rotate.__name__}"
+    return rotate_pairs
+
+
+def rotate_pairs_like_hugging_face(x, positions=None, *, base=10000.0):
+    """All in one: inverse frequencies, an outer product, (T, D) tables and rotate_half."""
+    T, D = x.shape[-2:]
+    if positions is None:
+        positions = torch.arange(T, device=x.device)
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    inverse_frequencies = 1.0 / base ** (torch.arange(0, D, 2, device=x.device, dtype=dtype) / D)
+    angles = torch.outer(positions.to(device=x.device, dtype=dtype), inverse_frequencies)
+    cos, sin = torch.cat((angles.cos(), angles.cos()), -1), torch.cat((angles.sin(),) * 2, -1)
+    x1, x2 = x.chunk(2, dim=-1)
+    return (x * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
 
 
 # ---------------------------------------------------------------- RotaryMultiHeadAttention
@@ -168,13 +196,14 @@ class RotaryCallingTheReference(StudentRotaryMHA):
 
 
 CORRECT = {
-    "rotary_angles": [angles_by_outer, angles_by_loops, angles_by_exp_log],
-    "apply_rotary": [rotate_by_rotate_half, rotate_by_complex_numbers, rotate_by_matrices],
+    "rotate_pairs": [rotate_pairs_like_hugging_face,
+                     rotating(angles_by_loops, rotate_by_complex_numbers),
+                     rotating(angles_by_exp_log, rotate_by_matrices),
+                     rotating(angles_by_outer, rotate_by_rotate_half)],
     "rotary_multi_head_attention": [RotaryFromEarlierLessons, RotaryByEinsum, RotaryPerHead],
 }
 REFERENCES = {
-    "rotary_angles": rope.rotary_angles,
-    "apply_rotary": rope.apply_rotary,
+    "rotate_pairs": rope.rotate_pairs,
     "rotary_multi_head_attention": rope.RotaryMultiHeadAttention.forward,
 }
 PRINTED_NAME = {"rotary_multi_head_attention": "RotaryMultiHeadAttention.forward"}
@@ -184,13 +213,6 @@ CALLING_THE_REFERENCE = {"rotary_multi_head_attention": RotaryCallingTheReferenc
 
 
 # ---------------------------------------------------------------- catalogued mistakes
-
-def angles_for_every_dimension(positions, d_head, *, base=10000.0, device=None,
-                               dtype=torch.float32):
-    """The (T, D) table Hugging Face's LLaMA builds for its formula, returned as the angles."""
-    angles = angles_by_outer(positions, d_head, base=base, device=device, dtype=dtype)
-    return torch.cat((angles, angles), dim=-1)
-
 
 def angles_with_i(positions, d_head, *, base=10000.0, device=None, dtype=torch.float32):
     i = torch.arange(d_head // 2, dtype=dtype, device=device)
@@ -382,34 +404,36 @@ class RotaryDroppingOutInEvalMode(RotaryHandWritten):
 
 # mistakes recognised from the outputs (a sign), not from a variant: one example each
 SIGN_EXAMPLES = {
-    ("rotary_angles", "one angle per dimension instead of one per pair"): {
-        "Hugging Face's (T, D) table": angles_for_every_dimension},
     ("rotary_multi_head_attention", "dropout applied in eval mode"): {
         "dropout_p=self.dropout": RotaryDroppingOutInEvalMode},
 }
 
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
-    angles_for_every_dimension: ("rotary_angles",
-                                 ["one angle per dimension instead of one per pair"]),
-    angles_with_i: ("rotary_angles", ["exponent uses i instead of 2i (base^(i/D))"]),
-    angles_with_2i_twice: ("rotary_angles", ["the 2 of 2i counted twice (exponent 4i / D)"]),
-    angles_from_one: ("rotary_angles", ["positions counted from 1"]),
-    angles_with_10000: ("rotary_angles", ["ignores the base argument"]),
-    angles_multiplied: ("rotary_angles", ["frequency inverted (t * base^(2i/D))"]),
-    angles_of_the_first_positions: (
-        "rotary_angles", ["a tensor of positions ignored: the angles of 0 .. T-1 instead"]),
+    rotating(angles_with_i, rotate_by_rotate_half): (
+        "rotate_pairs", ["exponent uses i instead of 2i (base^(i/D))"]),
+    rotating(angles_with_2i_twice, rotate_by_matrices): (
+        "rotate_pairs", ["the 2 of 2i counted twice (exponent 4i / D)"]),
+    rotating(angles_from_one, rotate_by_rotate_half): (
+        "rotate_pairs", ["positions counted from 1"]),
+    rotating(angles_with_10000, rotate_by_complex_numbers): (
+        "rotate_pairs", ["ignores the base argument"]),
+    rotating(angles_multiplied, rotate_by_rotate_half): (
+        "rotate_pairs", ["frequency inverted (t * base^(2i/D))"]),
+    rotating(angles_of_the_first_positions, rotate_by_rotate_half): (
+        "rotate_pairs", ["a tensor of positions ignored: the angles of 0 .. T-1 instead"]),
     RotaryIgnoringPositions: (
         "rotary_multi_head_attention",
         ["query_positions and key_positions ignored (positions counted from 0)"]),
-    rotate_interleaved_as_complex: (
-        "apply_rotary", ["interleaved pairs (2i, 2i+1) instead of half-split pairs (i, i + D/2)"]),
-    rotate_half_with_repeated_tables: (
-        "apply_rotary", ["angles laid out for interleaved pairs while the pairs are half-split"]),
-    rotate_every_two_with_half_tables: (
-        "apply_rotary", ["angles laid out half-split while the pairs are interleaved"]),
-    rotate_with_sin_and_cos_swapped: ("apply_rotary", ["sin and cos swapped"]),
-    rotate_clockwise: ("apply_rotary",
-                       ["rotation in the wrong direction (the sign of sin flipped)"]),
+    rotating(angles_by_outer, rotate_interleaved_as_complex): (
+        "rotate_pairs", ["interleaved pairs (2i, 2i+1) instead of half-split pairs (i, i + D/2)"]),
+    rotating(angles_by_outer, rotate_half_with_repeated_tables): (
+        "rotate_pairs", ["angles laid out for interleaved pairs while the pairs are half-split"]),
+    rotating(angles_by_outer, rotate_every_two_with_half_tables): (
+        "rotate_pairs", ["angles laid out half-split while the pairs are interleaved"]),
+    rotating(angles_by_outer, rotate_with_sin_and_cos_swapped): (
+        "rotate_pairs", ["sin and cos swapped"]),
+    rotating(angles_by_outer, rotate_clockwise): (
+        "rotate_pairs", ["rotation in the wrong direction (the sign of sin flipped)"]),
     RotaryRotatingValues: ("rotary_multi_head_attention", ["rotation applied to the values too"]),
     RotaryRotatingQueriesOnly: ("rotary_multi_head_attention", ["keys not rotated"]),
     RotaryRotatingScores: ("rotary_multi_head_attention",
