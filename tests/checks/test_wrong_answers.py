@@ -130,19 +130,6 @@ def causal_by_arange_on_device(T, S=None, device=None):
     return torch.arange(T, device=device)[:, None] >= torch.arange(S, device=device)
 
 
-def gqa_scale_or_default(query, key, value, is_causal=False, scale=None):
-    scale = scale or query.shape[-1] ** -0.5
-    groups = query.shape[-3] // key.shape[-3]
-    key, value = (x.repeat_interleave(groups, dim=-3) for x in (key, value))
-    scores = query @ key.transpose(-2, -1) * scale
-    if is_causal:
-        T, S = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(S - T).logical_not(),
-                                    NEG_INF)
-    weights = scores.softmax(dim=-1)
-    return weights @ value, weights
-
-
 def attention_einsum_is_none(query, key, value, scale=None):
     """Correct: einsum, and None tested as None."""
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
@@ -235,8 +222,6 @@ WRONG = [
     ("scaled_dot_product_attention", attention_scale_or_default,
      ["scale=0 treated as no scale (scale or default)"], "scale=0"),
     ("masked_attention", masked_attention_scale_or_default,
-     ["scale=0 treated as no scale (scale or default)"], "scale=0"),
-    ("grouped_query_attention", gqa_scale_or_default,
      ["scale=0 treated as no scale (scale or default)"], "scale=0"),
     ("tiled_attention", tiled_scale_or_default,
      ["scale=0 treated as no scale (scale or default)"], "scale=0"),

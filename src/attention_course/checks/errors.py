@@ -24,7 +24,7 @@ EVERY = frozenset()
 # exercises whose inputs may have any number of leading (batch) axes, even none
 ANY_AXES = frozenset({"one_hot_embedding", "softmax", "scaled_dot_product_attention",
                       "apply_mask", "masked_attention",
-                      "cached_attention", "grouped_query_attention", "tiled_attention",
+                      "cached_attention", "tiled_attention",
                       "merge_attention", "attention_backward", "flash_backward",
                       "flash_attention"})
 MHA = frozenset({"MultiHeadAttention"})
@@ -63,12 +63,12 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "an empty cache (None) not handled",
                "past_key=None means nothing is cached yet (the prompt's first step): the keys "
                "and values are then the new ones alone. Test for None before appending."),
-    KnownError(frozenset({"grouped_query_attention"}),
+    KnownError(GQA_LAYER,
                BROADCAST + r" at non-singleton dimension \d|the batch dims of query .* and key "
                r".* do not broadcast|" + MATMUL,
                "key/value heads not lined up with the query heads",
-               "The query has H heads, the keys and values G: each key/value head serves a group "
-               "of H // G consecutive query heads. Give every query head its key/value head "
+               "The queries have H heads, the keys and values G: each key/value head serves a "
+               "group of H // G consecutive query heads. Give every query head its key/value head "
                "(repeat each of the G heads H // G times in place, along the head axis), or "
                "give the query a group axis, before the products."),
     KnownError(frozenset({"tiled_attention"}), r"^NotTiled: .* a row for every one of the S",

@@ -1,5 +1,5 @@
 """Checks for lesson 07_inference_and_scale: cached attention, rotary positions in the cache,
-grouped-query attention (the function and the layer), tiled attention with an online softmax,
+grouped-query attention as a layer, tiled attention with an online softmax,
 and merging two partial attentions."""
 
 import copy
@@ -13,7 +13,6 @@ from ..rope import apply_rotary, rotary_angles
 from .framework import Case, Exercise, Harnessed, Mistake, matches, randn, run_check, seeded
 from .lesson02 import (
     ATTENTION_BUILTINS,
-    ATTENTION_OUTPUTS,
     IGNORES_SCALE,
     NO_BUILT_IN_ATTENTION,
     SCALE_MISTAKES,
@@ -275,50 +274,6 @@ GROUPS_TILED = Mistake(
     "2 read key/value head 0 and heads 3, 4, 5 read head 1. Repeating the whole stack of G heads "
     "(0, 1, 0, 1, ...) pairs head 1 with key/value head 1 instead: repeat each head in place.",
     {"expand": "tile"})
-GQA_CAUSAL_IGNORED = Mistake(
-    "is_causal ignored",
-    "With is_causal=True, query t must not see the keys after t.", {"honour_causal": False})
-
-GROUPED_QUERY_ATTENTION = Exercise(
-    name="grouped_query_attention",
-    reference=inference.grouped_query_attention,
-    inputs=("query", "key", "value"),
-    outputs=ATTENTION_OUTPUTS,
-    variant=gqa_variant,
-    mistakes=(GROUPS_TILED, GQA_CAUSAL_IGNORED) + SCALE_MISTAKES + (IGNORES_SCALE,
-                                                                   ZERO_SCALE_AS_NONE),
-    forbidden=forbid((inference.grouped_query_attention,) + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
-)
-
-
-def gqa_inputs(g, *batch, H, G, T=5, S=7, D=4, Dv=3, dtype=torch.float32):
-    return (randn(*batch, H, T, D, generator=g, dtype=dtype),
-            randn(*batch, G, S, D, generator=g, dtype=dtype),
-            randn(*batch, G, S, Dv, generator=g, dtype=dtype))
-
-
-def check_grouped_query_attention(fn, seed: int = 0) -> None:
-    """Check grouped_query_attention(query, key, value, is_causal=False, scale=None)
-    -> (out, weights). Lesson: 07_inference_and_scale"""
-    g = seeded(seed)
-    cases = [
-        Case("H = 6 query heads sharing G = 2 key/value heads (B, T, S, D, Dv = 2, 5, 7, 4, 3)",
-             gqa_inputs(g, 2, H=6, G=2)),
-        Case("H = 6 query heads sharing G = 3 key/value heads", gqa_inputs(g, 2, H=6, G=3)),
-        Case("multi-query attention: one key/value head (G = 1) for H = 4 query heads",
-             gqa_inputs(g, 2, H=4, G=1)),
-        Case("G = H = 3: plain multi-head attention", gqa_inputs(g, 2, H=3, G=3)),
-        Case("is_causal=True, T = S = 6, H = 4, G = 2", gqa_inputs(g, 2, H=4, G=2, T=6, S=6),
-             {"is_causal": True}),
-        Case("float64, with gradients, H = 6, G = 2",
-             gqa_inputs(g, 2, H=6, G=2, dtype=torch.float64), grad=True),
-        Case("an explicit scale=0.3, H = 4, G = 2", gqa_inputs(g, 2, H=4, G=2), {"scale": 0.3}),
-        Case("scale=0: every key weighs the same, H = 4, G = 2", gqa_inputs(g, 2, H=4, G=2),
-             {"scale": 0.0}),
-        Case("extra leading dims (2, 2, H, T, D), H = 6, G = 2", gqa_inputs(g, 2, 2, H=6, G=2)),
-    ]
-    run_check(GROUPED_QUERY_ATTENTION, fn, cases)
 
 
 # ---------------------------------------------------------------- the grouped-query layer
@@ -330,7 +285,8 @@ def gqa_layer_variant(module, query, key, value, is_causal=False, *, expand="int
     k_proj, v_proj = (module.v_proj, module.k_proj) if swap_kv else (module.k_proj, module.v_proj)
     q = split_heads(module.q_proj(query), H)  # (B, T, C) -> (B, H, T, D)
     k, v = split_heads(k_proj(key), G), split_heads(v_proj(value), G)  # (B, G, S, D)
-    factor = module.d_head ** -0.5 if scale == "d_head" else module.d_model ** -0.5
+    factor = {"d_head": module.d_head ** -0.5, "d_model": module.d_model ** -0.5, "none": 1.0,
+              "d": 1.0 / module.d_head, "times_sqrt": module.d_head ** 0.5}[scale]
     out, weights = gqa_variant(q, k, v, is_causal=is_causal and honour_causal, scale=factor,
                                expand=expand)
     out = merge_heads(out)  # (B, H, T, D) -> (B, T, C)
@@ -348,6 +304,14 @@ GQA_LAYER_MISTAKES = (
     Mistake("d_model instead of d_head in the scale",
             "Each head's scores are dot products of width D = C / H: scale by 1/sqrt(D), which "
             "the attention function does by default.", {"scale": "d_model"}),
+    Mistake("missing 1/sqrt(D)",
+            "Scale each head's dot products by 1/sqrt(D), D = C / H the head width, so their "
+            "variance stays near 1 and the softmax does not saturate.", {"scale": "none"}),
+    Mistake("1/D instead of 1/sqrt(D)",
+            "The dot product of two random D-dim vectors has standard deviation sqrt(D): "
+            "divide by sqrt(D), D = C / H, not by D.", {"scale": "d"}),
+    Mistake("multiplied by sqrt(D) instead of dividing",
+            "The scale is 1/sqrt(D), D = C / H: divide by sqrt(D).", {"scale": "times_sqrt"}),
     Mistake("is_causal not passed on",
             "Pass is_causal on to the attention: with is_causal=True query t must not see the "
             "keys after t.", {"honour_causal": False}),
@@ -362,7 +326,8 @@ def _gqa_layer_exercise(references: dict) -> Exercise:
         outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, S)")),
         variant=lambda q, k, v, **kw: gqa_layer_variant(references[q.dtype], q, k, v, **kw),
         mistakes=GQA_LAYER_MISTAKES,
-        forbidden=forbid((inference.GroupedQueryAttention.forward,) + NO_BUILT_IN_ATTENTION,
+        forbidden=forbid((inference.GroupedQueryAttention.forward,
+                          inference.grouped_query_attention) + NO_BUILT_IN_ATTENTION,
                          ATTENTION_BUILTINS),
     )
 
@@ -370,7 +335,10 @@ def _gqa_layer_exercise(references: dict) -> Exercise:
 def check_grouped_query_attention_layer(cls, seed: int = 0) -> None:
     """Check a GroupedQueryAttention class, its constructor and its forward: built with the
     constructor's arguments and loaded with the reference's weights (their names and shapes are
-    the contract), for G = 2 of H = 6 heads, then G = 1 without biases, then G = H.
+    the contract), for G = 2 of H = 6 heads, then G = 3, then G = 1 without biases, then G = H.
+    Query head h must read key/value head h // (H / G): at G = 2 and G = 3 of H = 6 the groups
+    tiled (h % G), a repeat by G instead of H / G or no repeat at all give other outputs or
+    errors.
     Lesson: 07_inference_and_scale"""
     torch.manual_seed(seed)
     g = seeded(seed)
@@ -384,6 +352,9 @@ def check_grouped_query_attention_layer(cls, seed: int = 0) -> None:
                  {"is_causal": True}),
             Case("float64, with gradients",
                  (randn(2, 5, 24, generator=g, dtype=torch.float64),) * 3, grad=True)]),
+        ({"d_model": 24, "n_heads": 6, "n_kv_heads": 3}, lambda: [
+            Case("H = 6 query heads sharing G = 3 key/value heads, causal, T = S = 6",
+                 (randn(2, 6, 24, generator=g),) * 3, {"is_causal": True})]),
         ({"d_model": 24, "n_heads": 6, "n_kv_heads": 1, "bias": False}, lambda: [
             Case("multi-query attention: G = 1 key/value head for H = 6, bias=False, T = 5, "
                  "S = 7", (randn(2, 5, 24, generator=g), *(randn(2, 7, 24, generator=g),) * 2))]),

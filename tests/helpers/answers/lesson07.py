@@ -262,6 +262,34 @@ class GQALayerByEinsumInGroups(nn.Module):
         return self.out_proj(out), weights.reshape(B, self.n_heads, T, S)
 
 
+class GQALayerByAGroupAxis(StudentGQALayer):
+    """The function's group-axis style inside the layer: no copies of the key/value heads."""
+
+    def forward(self, query, key, value, is_causal=False):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)
+        out, weights = gqa_by_a_group_axis(q, k, v, is_causal=is_causal)
+        return self.out_proj(merge_heads(out)), weights
+
+
+class GQALayerInFloat64(StudentGQALayer):
+    """Heads repeated in place by expand and reshape; the scores in float64."""
+
+    def forward(self, query, key, value, is_causal=False):
+        B, T, C = query.shape
+        S, H, G = key.shape[1], self.n_heads, self.n_kv_heads
+        q = self.q_proj(query).view(B, T, H, -1).transpose(1, 2).double()
+        k = self.k_proj(key).view(B, S, G, 1, -1).expand(B, S, G, H // G, -1).reshape(B, S, H, -1)
+        v = self.v_proj(value).view(B, S, G, 1, -1).expand(B, S, G, H // G, -1).reshape(B, S, H, -1)
+        scores = q @ k.transpose(1, 2).transpose(-2, -1).double() / math.sqrt(self.d_head)
+        if is_causal:
+            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), NEG_INF)
+        weights = scores.softmax(-1)
+        out = (weights @ v.transpose(1, 2).double()).to(query.dtype)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C)), weights.to(query.dtype)
+
+
 class GQALayerByIndexingHeads(StudentGQALayer):
     def forward(self, query, key, value, is_causal=False):
         q = self.q_proj(query).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
@@ -272,7 +300,7 @@ class GQALayerByIndexingHeads(StudentGQALayer):
 
 
 def gqa_layer_student(name, *, tile=False, project_output=True, swap_kv=False, by_d_model=False,
-                      drop_causal=False):
+                      drop_causal=False, scale=None):
     """A student's grouped-query layer with one of the slips the lesson names."""
     def forward(self, query, key, value, is_causal=False):
         k_proj, v_proj = (self.v_proj, self.k_proj) if swap_kv else (self.k_proj, self.v_proj)
@@ -280,8 +308,8 @@ def gqa_layer_student(name, *, tile=False, project_output=True, swap_kv=False, b
         k, v = split_heads(k_proj(key), self.n_kv_heads), split_heads(v_proj(value),
                                                                        self.n_kv_heads)
         expand = gqa_by_repeat if tile else gqa_by_repeat_interleave
-        scale = self.d_model ** -0.5 if by_d_model else None
-        out, weights = expand(q, k, v, is_causal=is_causal and not drop_causal, scale=scale)
+        factor = self.d_model ** -0.5 if by_d_model else scale and scale(self.d_head)
+        out, weights = expand(q, k, v, is_causal=is_causal and not drop_causal, scale=factor)
         out = merge_heads(out)
         return (self.out_proj(out) if project_output else out), weights
     return type(name, (StudentGQALayer,), {"forward": forward})
@@ -290,6 +318,15 @@ def gqa_layer_student(name, *, tile=False, project_output=True, swap_kv=False, b
 class GQALayerCallingTheReference(StudentGQALayer):
     def forward(self, query, key, value, is_causal=False):
         return inference.GroupedQueryAttention.forward(self, query, key, value, is_causal)
+
+
+class GQALayerByTheCourseFunction(StudentGQALayer):
+    def forward(self, query, key, value, is_causal=False):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)
+        out, weights = inference.grouped_query_attention(q, k, v, is_causal=is_causal)
+        return self.out_proj(merge_heads(out)), weights
 
 
 class GQALayerByTorch(StudentGQALayer):
@@ -429,17 +466,15 @@ CORRECT = {
                          cached_by_einsum_in_float64],
     "cached_rotary_attention": [RotaryByTheCourse, RotaryByComplexNumbers,
                                 RotaryWithAnEmptyTensorCache],
-    "grouped_query_attention": [gqa_by_repeat_interleave, gqa_by_a_group_axis,
-                                gqa_by_indexing_heads],
     "grouped_query_attention_layer": [GQALayerFromEarlierLessons, GQALayerByEinsumInGroups,
-                                      GQALayerByIndexingHeads],
+                                      GQALayerByAGroupAxis, GQALayerByIndexingHeads,
+                                      GQALayerInFloat64],
     "tiled_attention": [tiled_by_running_max, tiled_by_log_sum_exp, tiled_in_query_blocks],
     "merge_attention": [merge_by_logaddexp, merge_by_the_larger_maximum, merge_by_stacking],
 }
 REFERENCES = {
     "cached_attention": inference.cached_attention,
     "cached_rotary_attention": inference.CachedRotaryAttention,
-    "grouped_query_attention": inference.grouped_query_attention,
     "grouped_query_attention_layer": inference.GroupedQueryAttention,
     "tiled_attention": tiled.tiled_attention,
     "merge_attention": tiled.merge_attention,
@@ -459,12 +494,6 @@ def cached_by_torch(query, key, value, past_key=None, past_value=None):
     T, S = query.shape[-2], key.shape[-2]
     return F.scaled_dot_product_attention(query, key, value, attn_mask=bottom_right(T, S)), \
         key, value
-
-
-def gqa_by_torch(query, key, value, is_causal=False, scale=None):
-    out = F.scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale,
-                                         enable_gqa=True)
-    return out, gqa_by_repeat_interleave(query, key, value, is_causal, scale)[1]
 
 
 def tiled_by_torch(query, key, value, is_causal=False, scale=None, block_size=64):
@@ -490,9 +519,9 @@ def tiled_in_query_blocks_of_the_reference(query, key, value, is_causal=False, s
 
 BUILT_INS = {  # exercise: {what the student called: their answer}, the course's own included
     "cached_attention": {"F.scaled_dot_product_attention": cached_by_torch},
-    "grouped_query_attention": {"F.scaled_dot_product_attention(enable_gqa=True)": gqa_by_torch},
     "grouped_query_attention_layer": {
-        "F.scaled_dot_product_attention(enable_gqa=True)": GQALayerByTorch},
+        "F.scaled_dot_product_attention(enable_gqa=True)": GQALayerByTorch,
+        "inference.grouped_query_attention": GQALayerByTheCourseFunction},
     "tiled_attention": {"F.scaled_dot_product_attention": tiled_by_torch,
                         "attention.scaled_dot_product_attention": tiled_by_the_course,
                         "tiled.flash_attention": tiled_in_query_blocks_of_the_reference},
@@ -561,6 +590,30 @@ def gqa_by_expanding_the_wrong_axis(query, key, value, is_causal=False, scale=No
     k = key.unsqueeze(-4).expand(*batch, H // G, G, S, D).reshape(*batch, H, S, D)
     v = value.unsqueeze(-4).expand(*batch, H // G, G, S, -1).reshape(*batch, H, S, -1)
     return attention.scaled_dot_product_attention(query, k, v, is_causal=is_causal, scale=scale)
+
+
+def gqa_layer_by(share):
+    """A grouped-query layer whose heads are shared by ``share(q, k, v, is_causal)``."""
+    def forward(self, query, key, value, is_causal=False):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)
+        out, weights = share(q, k, v, is_causal=is_causal)
+        return self.out_proj(merge_heads(out)), weights
+    return type(f"GQALayer_{share.__name__}", (StudentGQALayer,), {"forward": forward})
+
+
+class GQALayerIndexingHeadsModuloG(StudentGQALayer):
+    """Query head h given key/value head h % G."""
+
+    def forward(self, query, key, value, is_causal=False):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)
+        serves = torch.arange(self.n_heads) % self.n_kv_heads
+        out, weights = attention.scaled_dot_product_attention(q, k[:, serves], v[:, serves],
+                                                              is_causal=is_causal)
+        return self.out_proj(merge_heads(out)), weights
 
 
 def tiled_student(name, *, rescale_output=True, rescale_sum=True, divide=True,
@@ -675,9 +728,11 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
                                                      [mistake.name])
        for i, (knobs, mistake) in enumerate(zip(
            [{"tile": True}, {"project_output": False}, {"swap_kv": True}, {"by_d_model": True},
+            {"scale": lambda D: 1.0}, {"scale": lambda D: 1.0 / D}, {"scale": lambda D: D ** 0.5},
             {"drop_causal": True}], lesson07.GQA_LAYER_MISTAKES, strict=True))},
-    gqa_by_repeat: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
-    gqa_by_expanding_the_wrong_axis: ("grouped_query_attention", [lesson07.GROUPS_TILED.name]),
+    gqa_layer_by(gqa_by_expanding_the_wrong_axis): ("grouped_query_attention_layer",
+                                                    [lesson07.GROUPS_TILED.name]),
+    GQALayerIndexingHeadsModuloG: ("grouped_query_attention_layer", [lesson07.GROUPS_TILED.name]),
     **{answer: ("merge_attention", [mistake.name]) for answer, mistake in zip(
         [merge_averaged, merge_swapped, merge_keeping_the_larger_lse, merge_by_raw_exponentials,
          merge_nan_in_empty_rows, merge_in_the_outputs_dtype],
@@ -807,9 +862,9 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
     ("cached_attention", cached_appending_features, "cache appended on the wrong axis"),
     ("cached_attention", cached_always_appending, "an empty cache (None) not handled"),
     ("cached_attention", cached_on_the_heads, "cache appended on the wrong axis"),
-    ("grouped_query_attention", gqa_without_repeating,
+    ("grouped_query_attention_layer", gqa_layer_by(gqa_without_repeating),
      "key/value heads not lined up with the query heads"),
-    ("grouped_query_attention", gqa_repeating_by_the_group_count,
+    ("grouped_query_attention_layer", gqa_layer_by(gqa_repeating_by_the_group_count),
      "key/value heads not lined up with the query heads"),
     ("grouped_query_attention_layer", GQALayerWithHeadSizedKeys, "a projection of the wrong size"),
     ("grouped_query_attention_layer", GQALayerAlwaysWithBiases, "biases although bias=False"),
