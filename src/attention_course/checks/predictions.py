@@ -128,6 +128,11 @@ QUESTIONS = {
         why="Tiled attention holds a (T, block) slice of scores and a (T, Dv) running output: "
             "both grow like T, so doubling T doubles them. The naive version's (T, T) scores "
             "grow 4 times."),
+    "08-causal-tiles": Question(
+        36,
+        why="Query block i sees key blocks 0 to i, so the 8 rows of tiles compute 1, 2, up to 8 "
+            "tiles: 36 in all, the 8 on the diagonal partly hidden, and the 28 above it are "
+            "skipped. Smaller blocks bring the share computed closer to one half."),
 }
 
 
