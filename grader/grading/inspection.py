@@ -31,6 +31,8 @@ from .submissions import released_source
 
 HOOKS = {  # dotted name (or its start) -> why it is flagged
     "sys.settrace": "a tracing hook", "sys.setprofile": "a profiling hook",
+    "sys.gettrace": "a tracing hook", "sys.getprofile": "a profiling hook",
+    "torch.autograd.variable": "autograd's engine",
     "threading.settrace": "a tracing hook", "threading.setprofile": "a profiling hook",
     "sys.monitoring": "a tracing hook", "sys._getframe": "frame access",
     "inspect.currentframe": "frame access", "inspect.stack": "frame access",
@@ -53,6 +55,11 @@ HOOKS = {  # dotted name (or its start) -> why it is flagged
         "input_transformers_cleanup", "input_transformers_post", "input_transformer_manager",
         "ast_transformers", "events", "showtraceback", "set_custom_exc", "custom_exceptions")},
 }
+# Attributes that reach the running program's frames, closures and globals, where the checks
+# keep what they observe, or autograd's engine under its public functions.
+INTERNALS = frozenset({"__closure__", "cell_contents", "__globals__", "__traceback__", "tb_frame",
+                       "tb_next", "f_back", "f_locals", "f_globals", "f_builtins", "gi_frame",
+                       "cr_frame", "ag_frame", "_execution_engine", "run_backward"})
 MOST_FLAGS = 50
 SETTINGS = ("torch.backends.",)  # attributes meant to be set: no patch
 SIMILAR = 0.92  # token similarity above which an answer counts as the reference renamed
@@ -172,13 +179,13 @@ def _flags(tree: ast.Module, lesson: Lesson, answer: bool) -> list[str]:
                         if name == hook or name.startswith(hook + ".")), None)
             if why and not _is_check_import(node):
                 flags.append(f"uses {name} ({why})")
-            elif name.rsplit(".", 1)[-1] in builtins and "." in name:
+            elif "." in name and any(part in name.rsplit(".", 1)[-1] for part in builtins):
                 flags.append(f"calls {name}, the built-in an exercise of this lesson asks "
                              f"the student to write")
         if isinstance(node, ast.Call) and _is_name(node.func, "open") and node.args \
                 and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is int:
             flags.append("opens a raw file descriptor")
-        flags += _hidden(node)
+        flags += _hidden(node) + _internals(node)
         if isinstance(node, ast.FunctionDef):
             flags += _copied(node, lesson)
         flags += [f"replaces {name} (library code patched)" for name in _patched(node)]
@@ -195,6 +202,22 @@ def _hidden(node: ast.AST) -> list[str]:
         return [f"calls {name} ({HIDDEN_CODE[name]})"]
     if name in BY_NAME and (len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)):
         return [f"calls {name} with a computed attribute name (what it reaches is hidden)"]
+    return []
+
+
+def _internals(node: ast.AST) -> list[str]:
+    """A flag for ``x.f_back``, ``getattr(x, "cell_contents")`` and the like (``INTERNALS``)."""
+    if isinstance(node, ast.Attribute):
+        attribute = node.attr
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id in BY_NAME and len(node.args) >= 2 and \
+            isinstance(node.args[1], ast.Constant):
+        attribute = node.args[1].value
+    else:
+        return []
+    if attribute in INTERNALS:
+        return [f"reaches {attribute} (frames, closures or autograd's engine, where the checks "
+                "keep what they observe)"]
     return []
 
 

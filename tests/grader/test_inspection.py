@@ -1,6 +1,7 @@
 """Flags for a human, read from a submission's source in the trusted process."""
 
 import inspect
+import re
 import textwrap
 
 import pytest
@@ -37,6 +38,12 @@ FAMILIES = {
     "decoded data": "import base64\ncode = base64.b64decode('cHJpbnQoMSk=')",
     "runs code from a string": "exec('print(1)')",
     "with a computed attribute name": "import sys\nsetting = getattr(sys, 'set' + 'profile')",
+    "reaches f_back": "try:\n    1 / 0\nexcept ZeroDivisionError as err:\n"
+                      "    frame = err.__traceback__.tb_frame.f_back",
+    "reaches cell_contents": "import sys\nfor cell in sys.getprofile().__closure__:\n"
+                             "    getattr(cell, 'cell_contents').clear()",
+    "autograd's engine": "from torch.autograd.variable import Variable\n"
+                         "run = Variable._execution_engine.run_backward",
 }
 # where IPython hides code from a plain reading: a magic's own line or body
 MAGIC_FAMILIES = {
@@ -78,9 +85,11 @@ def test_the_instructors_answers_are_not_flagged(lesson):
 
 
 def test_the_reference_with_its_names_changed_is_flagged():
-    body = textwrap.dedent(inspect.getsource(attention.attention_scores))
-    renamed = (body.replace("query", "q_in").replace("key", "k_in").replace("scale", "factor")
-               .replace("Tensor", "object"))
+    body = textwrap.dedent(inspect.getsource(attention.scaled_dot_product_attention))
+    for name, new in (("query", "q_in"), ("key", "k_in"), ("scale", "factor"),
+                      ("Tensor", "object")):
+        body = re.sub(rf"\b{name}\b", new, body)
+    renamed = body
     assert any("course's reference" in flag for flag in flags_of(renamed))
 
 
@@ -88,6 +97,12 @@ def test_the_exercises_built_in_is_flagged_in_an_answer_not_in_a_scratch_cell():
     answered = flags_of("", answers={"softmax": "return torch.softmax(x, dim)"})
     assert any("the built-in an exercise" in flag for flag in answered), answered
     assert flags_of("z = torch.randn(3, 4)\nprint(torch.softmax(z, -1))") == []
+
+
+def test_a_built_in_spelled_out_whole_is_flagged_in_an_answer():
+    body = "return F.scaled_dot_product_attention(query, key, value, scale=scale), None"
+    answered = flags_of("", answers={"scaled_dot_product_attention": body})
+    assert any("F.scaled_dot_product_attention" in flag for flag in answered), answered
 
 
 def test_settings_meant_to_be_set_are_not_patches():
