@@ -51,9 +51,16 @@ MISTAKES = {
         m[two_i, two_i + 1], m[two_i + 1, two_i] = torch.sin(angle), -torch.sin(angle)
         return m
         """, "rotation transposed: it moves the encoding k places back"),
-    "token_and_position_embedding": ("""
-        return weight[token_ids] + pe[: token_ids.shape[-1]]
-        """, "embedding not scaled by sqrt(d_model)"),
+    "embedding_layer": ("""
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.max_len, self.scale_tokens = max_len, scale_tokens
+        self.learned_positions = learned_positions and positions
+        if self.learned_positions or not positions:
+            table = torch.randn(max_len, d_model) if positions else torch.zeros(max_len, d_model)
+        else:
+            table = sinusoidal_positional_encoding(max_len, d_model)
+        self.position = nn.Parameter(table)
+        """, "sinusoidal table saved as a Parameter, not a buffer"),
     "softmax": ("""
         return x.exp() / x.exp().sum(dim=dim, keepdim=True)
         """, "no max-subtraction"),
@@ -117,21 +124,17 @@ MISTAKES = {
         self.v_proj = nn.Linear(d_model, self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         """, "a projection of the wrong size"),
-    "causal_self_attention": ("""
-        out, weights = self.attn(x, x, x)
-        return F.dropout(out, self.dropout, self.training), weights
-        """, "no causal mask"),
     "mlp": ("""
         self.fc = nn.Linear(d_model, 4 * d_model)
         self.proj = nn.Linear(4 * d_model, d_model)
         self.dropout = dropout
         """, "hidden width 4 * d_model instead of d_ff"),
     "decoder_block": ("""
-        attended, weights = self.attn(x)
-        x = self.attn_norm(x + attended)
-        x = self.mlp_norm(x + self.mlp(x))
-        return x, weights
-        """, "post-norm instead of pre-norm"),
+        self.attn_norm = self.mlp_norm = norm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.mlp = mlp(d_model, d_ff, dropout)
+        self.dropout = dropout
+        """, "one norm object shared by both sublayers"),
     "copy_task_loss": ("""
         logits = model(sequences[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1), sequences[:, 1:].flatten())

@@ -72,15 +72,16 @@ LESSONS = (
     Lesson(
         "01_embeddings", "embeddings", teaches=("embeddings",),
         builds="one-hot lookup = embedding, sinusoidal positional encoding, the matrix that "
-               "moves it by an offset, token + position embedding",
+               "moves it by an offset, the whole token + position embedding layer (fixed, "
+               "learned or no positions, from an offset)",
         practice=(Practice("one_hot_embedding", "embeddings.one_hot_embedding",
                            difficulty=1, minutes=5),
                   Practice("sinusoidal_positional_encoding",
                            "embeddings.sinusoidal_positional_encoding", difficulty=2, minutes=15),
                   Practice("offset_matrix", "embeddings.offset_matrix", difficulty=2,
                            minutes=15),
-                  Practice("token_and_position_embedding",
-                           "embeddings.token_and_position_embedding", difficulty=1, minutes=10))),
+                  Practice("embedding_layer", "embeddings.TokenAndPositionEmbedding",
+                           difficulty=2, minutes=20))),
     Lesson(
         "02_scaled_dot_product", "scaled dot-product attention", teaches=("attention",),
         builds="stable softmax, `softmax(QK^T / sqrt(D)) V` from the scaled scores to the "
@@ -114,15 +115,13 @@ LESSONS = (
     Lesson(
         "05_copy_task", "the transformer block, trained to copy",
         teaches=("model", "data", "training"),
-        builds="causal self-attention layer, MLP, pre-norm decoder block, the whole model "
+        builds="MLP, pre-norm decoder block with its causal self-attention, the whole model "
                "around the blocks (embedding, blocks, final norm, head); the loss with the "
                "causal shift and the answer mask, the training step; a model of your block "
                "trained to copy, ablations of positions and the embedding scale; RMSNorm and "
                "a SwiGLU MLP for a modern block",
-        practice=(Practice("causal_self_attention", "model.CausalSelfAttention",
-                           difficulty=1, minutes=5),
-                  Practice("mlp", "model.MLP", difficulty=2, minutes=10),
-                  Practice("decoder_block", "model.DecoderBlock", difficulty=2, minutes=10),
+        practice=(Practice("mlp", "model.MLP", difficulty=2, minutes=10),
+                  Practice("decoder_block", "model.DecoderBlock", difficulty=2, minutes=15),
                   Practice("decoder_only_transformer", "model.DecoderOnlyTransformer",
                            difficulty=2, minutes=20),
                   Practice("copy_task_loss", "training.copy_task_loss", difficulty=2, minutes=10),

@@ -1,7 +1,7 @@
 """A small decoder-only transformer: lesson 05's block, stacked on the course's embedding.
 
-Every class here is one of the lesson's exercises: the causal self-attention layer, the MLP,
-the pre-norm ``DecoderBlock`` (x + attention(norm(x)), then x + mlp(norm(x))), the
+Every class here but ``CausalSelfAttention`` is one of the lesson's exercises: the MLP, the
+pre-norm ``DecoderBlock`` (x + attention(norm(x)), then x + mlp(norm(x))), the
 ``DecoderOnlyTransformer`` around the blocks (embedding, blocks, final norm, head), and the parts
 of a modern block, ``RMSNorm`` and the ``SwiGLU`` MLP. The model takes the block class as an
 argument, so the notebook assembles it from the student's own block and nothing in it needs the
@@ -66,20 +66,27 @@ class DecoderBlock(nn.Module):
 
     The residual stream x passes through untouched; each sublayer reads a normalised copy and
     adds what it found, so a stack of blocks starts close to the identity and trains stably.
+    The attention is lesson 04's ``MultiHeadAttention``, causal, on queries, keys and values
+    from the same normed x; dropout acts on its weights (inside it) and on its output. ``norm``
+    is the class of the two norms (each its own object) and ``mlp`` the class of the MLP,
+    built as ``mlp(d_model, d_ff, dropout)``: the modern block passes RMSNorm and a gated MLP.
     Lesson: 05_copy_task
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, *,
+                 norm: type[nn.Module] = nn.LayerNorm, mlp: type[nn.Module] = MLP):
         super().__init__()
-        self.attn_norm = nn.LayerNorm(d_model)
-        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
-        self.mlp_norm = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, d_ff, dropout)
+        self.attn_norm = norm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.mlp_norm = norm(d_model)  # an object of its own
+        self.mlp = mlp(d_model, d_ff, dropout)
+        self.dropout = dropout
 
     def forward(self, x: Tensor):
         """(B, T, C) -> (B, T, C), and the (B, H, T, T) causal attention weights."""
-        attended, weights = self.attn(self.attn_norm(x))
-        x = x + attended
+        h = self.attn_norm(x)
+        attended, weights = self.attn(h, h, h, is_causal=True)  # (B, T, C), (B, H, T, T)
+        x = x + F.dropout(attended, self.dropout, self.training)
         x = x + self.mlp(self.mlp_norm(x))
         return x, weights
 

@@ -13,15 +13,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_course.checks import MODULES, lesson04, lesson05, lesson06, lesson07, lesson08
+from attention_course.checks import (
+    MODULES,
+    lesson01,
+    lesson04,
+    lesson05,
+    lesson06,
+    lesson07,
+    lesson08,
+)
 from attention_course.checks.framework import Exercise
 from helpers.answers import MISTAKES, REFERENCES, SIGN_EXAMPLES
+from helpers.answers.lesson01 import EmbeddingByIndexing
 from helpers.answers.lesson04 import MHAByEinsum, MHAHandWritten
 from helpers.answers.lesson05 import (
     ModelLikeTheLesson,
     RMSNormLikeTheLesson,
     StudentBlock,
-    StudentCausalSelfAttention,
     SwiGLULikeTheLesson,
 )
 from helpers.answers.lesson06 import StudentRotaryMHA
@@ -32,12 +40,12 @@ from helpers.checking import CHECK_NAMES, check_of, code_lines, failure, named_m
 EXERCISES = {value.name: value for module in MODULES for value in vars(module).values()
              if isinstance(value, Exercise) and value.assess is None}
 CATALOGUE = {name: exercise.mistakes for name, exercise in EXERCISES.items()}
+CATALOGUE["embedding_layer"] = lesson01.EMBEDDING_MISTAKES
 CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES + lesson04.TRAINING_MISTAKES
 # checks that build their exercise around a seeded model: the catalogue, and the wrong
 # variant with the student's signature
-CATALOGUE["causal_self_attention"] = lesson05.ATTENTION_LAYER_MISTAKES
 CATALOGUE["mlp"] = lesson05.MLP_MISTAKES
-CATALOGUE["decoder_block"] = lesson05.BLOCK_MISTAKES
+CATALOGUE["decoder_block"] = lesson05.ATTENTION_LAYER_MISTAKES + lesson05.BLOCK_MISTAKES
 CATALOGUE["copy_task_loss"] = lesson05.LOSS_MISTAKES
 CATALOGUE["decoder_only_transformer"] = lesson05.MODEL_MISTAKES
 CATALOGUE["train_step"] = lesson05.TRAIN_STEP_MISTAKES
@@ -74,19 +82,17 @@ def from_variant(name: str, knobs: dict):
         return rotary_mha_with(knobs)
     if name in ("cached_rotary_attention", "grouped_query_attention_layer"):
         return lesson07_layer_with(name, knobs)
+    if name == "embedding_layer":
+        class WrongEmbedding(EmbeddingByIndexing):
+            def forward(self, token_ids, offset=0):
+                return lesson01.embedding_variant(self, token_ids, offset, **knobs)
+        return WrongEmbedding
     if name != "multi_head_attention":
         return functools.partial(EXERCISES[name].variant, **knobs)
 
     class Buggy(MHAByEinsum):
         def forward(self, query, key, value, attn_mask=None, is_causal=False):
             return lesson04.mha_variant(self, query, key, value, attn_mask, is_causal, **knobs)
-    return Buggy
-
-
-def attention_layer_with(knobs: dict):
-    class Buggy(StudentCausalSelfAttention):
-        def forward(self, x):
-            return lesson05.attention_layer_variant(self, x, **knobs)
     return Buggy
 
 
@@ -174,7 +180,7 @@ def swiglu_with(knobs: dict):
     return Buggy
 
 
-LESSON05_CLASSES = {"causal_self_attention": attention_layer_with, "mlp": mlp_with,
+LESSON05_CLASSES = {"mlp": mlp_with,
                     "decoder_block": block_with, "decoder_only_transformer": model_with,
                     "rms_norm": rms_norm_with, "swiglu": swiglu_with}
 

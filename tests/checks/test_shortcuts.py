@@ -9,7 +9,7 @@ from attention_course import attention
 from helpers.answers import BUILT_INS, CALLING_THE_REFERENCE, REFERENCES
 from helpers.answers.lesson02 import NEG_INF, additive
 from helpers.answers.lesson04 import MHAFromEarlierLessons
-from helpers.answers.lesson05 import AttentionLayerByCourseMask
+from helpers.answers.lesson05 import BlockByLoop
 from helpers.checking import CHECK_NAMES, check_of, failure
 
 SHORTCUT = "Shortcut refused"
@@ -56,7 +56,7 @@ def masked_attention_from_lesson_02(query, key, value, attn_mask=None, is_causal
 @pytest.mark.parametrize(("name", "student"), [
     ("masked_attention", masked_attention_from_lesson_02),
     ("multi_head_attention", MHAFromEarlierLessons),
-    ("causal_self_attention", AttentionLayerByCourseMask),  # lessons 03 and 04
+    ("decoder_block", BlockByLoop),  # lessons 03 and 04
 ])
 def test_earlier_lessons_are_allowed(name, student, capsys):
     check_of(name)(student)

@@ -69,6 +69,23 @@ def test_every_layer_is_a_block_of_its_own_and_the_final_norm_is_the_class_given
     assert lesson_model().norm.__class__ is torch.nn.LayerNorm
 
 
+def test_the_block_builds_its_parts_from_the_classes_given(gen):
+    """Two norms of their own, lesson 04's attention, the MLP class given; causal."""
+    block = DecoderBlock(16, 4, 24, 0.1, norm=RMSNorm, mlp=SwiGLU).eval()
+    assert isinstance(block.attn_norm, RMSNorm) and isinstance(block.mlp_norm, RMSNorm)
+    assert block.attn_norm is not block.mlp_norm
+    assert isinstance(block.mlp, SwiGLU) and block.mlp.up.out_features == 24
+    assert block.attn.n_heads == 4 and block.dropout == 0.1
+    x = torch.randn(2, 6, 16, generator=gen)
+    changed = x.clone()
+    changed[:, -1] += 1
+    with torch.no_grad():
+        out, weights = block(x)
+        moved = (block(changed)[0] - out).abs().amax(dim=-1)  # (2, 6)
+    assert weights.shape == (2, 4, 6, 6) and (weights.triu(1) == 0).all()
+    assert (moved[:, :-1] == 0).all() and (moved[:, -1] > 0).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_rms_norm_is_torchs(dtype, gen):
     ours = RMSNorm(12, eps=1e-3).to(dtype)

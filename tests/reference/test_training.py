@@ -238,9 +238,7 @@ class ModernBlock(DecoderBlock):
     width, as the notebook builds it."""
 
     def __init__(self, d_model, n_heads, d_ff, dropout=0.0):
-        super().__init__(d_model, n_heads, d_ff, dropout)
-        self.attn_norm, self.mlp_norm = RMSNorm(d_model), RMSNorm(d_model)
-        self.mlp = SwiGLU(d_model, d_ff * 2 // 3, dropout)
+        super().__init__(d_model, n_heads, d_ff * 2 // 3, dropout, norm=RMSNorm, mlp=SwiGLU)
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
-"""Checks for lesson 05_copy_task: the causal self-attention layer, the MLP, the pre-norm decoder
-block, the model around the blocks, the copy-task loss (the causal shift and the answer mask),
-the training step, the trained model's held-out accuracy, and a modern block's RMSNorm and
-SwiGLU MLP.
+"""Checks for lesson 05_copy_task: the MLP, the pre-norm decoder block (its causal
+self-attention through lesson 04's layer), the model around the blocks, the copy-task loss (the
+causal shift and the answer mask), the training step, the trained model's held-out accuracy,
+and a modern block's RMSNorm and SwiGLU MLP.
 
 The student's side (what builds and runs the student's objects: stand-in parts made of torch.nn,
 the module and loss under test, the held-out run) is in ``harness``, where it runs in the
@@ -23,15 +23,14 @@ from .student import harness
 from .student.harness import (
     CONFIG,
     POSITION_CODES,
-    BlockUnderTest,
     LossUnderTest,
     ModelUnderTest,
     StandInBlock,
     StandInLanguageModel,
     StandInNorm,
     TrainStepUnderTest,
+    WholeBlockUnderTest,
     seeded_parameters,
-    stand_in_block_parts,
 )
 from .student.shortcuts import forbid
 
@@ -57,66 +56,6 @@ def dropout_in_eval_mode(index: int) -> Mistake:
         "F.dropout(x, p) drops whatever the module's mode, because its `training` argument "
         "defaults to True: pass training=self.training (nn.Dropout does this by itself).",
         sign=_dropped_out(index))
-
-
-# ---------------------------------------------------------------- causal self-attention
-
-def attention_layer_variant(layer, x, *, mask="causal"):
-    """The reference layer's output with the causal mask done wrong: "none", "transposed"
-    (query t sees keys t..T-1) or "strict" (keys 0..t-1, not itself)."""
-    T = x.shape[-2]
-    ones = torch.ones(T, T, dtype=torch.bool, device=x.device)
-    masks = {"none": None, "transposed": ones.triu(), "strict": ones.tril(-1)}
-    if mask == "causal":
-        return layer.attn(x, x, x, is_causal=True)
-    return layer.attn(x, x, x, attn_mask=masks[mask])
-
-
-ATTENTION_LAYER_MISTAKES = (
-    Mistake("no causal mask",
-            "Self-attention in a decoder is causal: position t may read positions 0..t only. "
-            "Ask the attention layer for it (is_causal) or pass a lower-triangular bool mask.",
-            {"mask": "none"}),
-    Mistake("causal mask transposed (the future is visible)",
-            "Query t (row t) may attend to keys s <= t (columns 0..t): a lower-triangular mask, "
-            "not an upper one.", {"mask": "transposed"}),
-    Mistake("causal mask excludes the diagonal (a token cannot see itself)",
-            "Position t may attend to itself: keep the diagonal.", {"mask": "strict"}),
-    dropout_in_eval_mode(0),
-)
-
-
-def check_causal_self_attention(cls, seed: int = 0) -> None:
-    """Check a CausalSelfAttention class (given constructor, the student's forward).
-
-    The student's layer gets the reference's weights, in eval mode with dropout 0.5 (which must
-    then do nothing), and runs on the same inputs as the reference, in float32 and float64.
-    Lesson: 05_copy_task
-    """
-    torch.manual_seed(seed)
-    reference = reference_model.CausalSelfAttention(12, 3).eval()
-    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
-    exercise = Exercise(
-        name="CausalSelfAttention.forward",
-        reference=lambda x: references[x.dtype](x),
-        inputs=("x",),
-        outputs=(("out", "(B, T, C)"), ("weights", "(B, H, T, T)")),
-        variant=lambda x, **knobs: attention_layer_variant(references[x.dtype], x, **knobs),
-        mistakes=ATTENTION_LAYER_MISTAKES,
-        forbidden=forbid([reference_model.CausalSelfAttention.forward]),
-    )
-    init = {"d_model": 12, "n_heads": 3, "dropout": 0.5}
-    student = Harnessed(harness.ModuleUnderTest, (cls, init, dict(reference.state_dict())))
-    g = seeded(seed)
-    cases = [
-        Case("B, T, C = 2, 5, 12 with H = 3 heads", (randn(2, 5, 12, generator=g),)),
-        Case("a longer sequence, B, T = 3, 7", (randn(3, 7, 12, generator=g),)),
-        Case("a single position (T = 1)", (randn(2, 1, 12, generator=g),)),
-        Case("float64, with gradients for x and every parameter",
-             (randn(2, 6, 12, generator=g, dtype=torch.float64),), grad=True),
-    ]
-    run_check(exercise, student, cases,
-              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
 
 
 # ---------------------------------------------------------------- the MLP
@@ -196,25 +135,58 @@ def check_mlp(cls, seed: int = 0) -> None:
 
 # ---------------------------------------------------------------- the decoder block
 
-def block_variant(block, x, *, norm="pre", attn_residual=True, mlp_residual=True,
-                  residual="x", shared_norm=False, parallel=False):
-    """The block's forward done wrong: ``norm`` = "post" (normalise after adding), a residual
-    left out, the ``residual`` stream taken from the normalised x ("normed"), one LayerNorm
-    for both sublayers, or the MLP reading the block's input (``parallel``)."""
-    attn_norm = block.attn_norm
-    mlp_norm = block.attn_norm if shared_norm else block.mlp_norm
-    if norm == "post":
-        attended, weights = block.attn(x)
-        x = attn_norm(x + attended)
-        return mlp_norm(x + block.mlp(x)), weights
-    h = attn_norm(x)
-    attended, weights = block.attn(h)
+def block_variant(block, x, *, mask="causal", dropout="train", norm="pre", attn_residual=True,
+                  mlp_residual=True, residual="x", shared_norm=None, parallel=False):
+    """The block built or run wrong: the attention's causal ``mask`` "none", "transposed"
+    (query t sees keys t..T-1) or "strict" (keys 0..t-1, not itself); ``dropout`` "always"
+    (in eval mode too, under the seed the harness sets); ``norm`` = "post" (normalise after
+    adding); a residual left out; the ``residual`` stream taken from the normalised x
+    ("normed"); one norm for both sublayers, used twice in the "forward" or built once in the
+    "constructor" (loading the weights then leaves it with the MLP norm's); or the MLP reading
+    the block's input (``parallel``)."""
+    T = x.shape[-2]
+    ones = torch.ones(T, T, dtype=torch.bool, device=x.device)
+    masks = {"none": None, "transposed": ones.triu(), "strict": ones.tril(-1)}
+    attn_norm = block.mlp_norm if shared_norm == "constructor" else block.attn_norm
+    mlp_norm = block.attn_norm if shared_norm == "forward" else block.mlp_norm
+
+    def attention(h):
+        if mask == "causal":
+            out, weights = block.attn(h, h, h, is_causal=True)
+        else:
+            out, weights = block.attn(h, h, h, attn_mask=masks[mask])
+        return F.dropout(out, block.dropout, dropout == "always" or block.training), weights
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the seed the harness runs the student's block under
+        if norm == "post":
+            attended, weights = attention(x)
+            x = attn_norm(x + attended)
+            return mlp_norm(x + block.mlp(x)), weights
+        h = attn_norm(x)
+        attended, weights = attention(h)
     base = h if residual == "normed" else x
     y = base + attended if attn_residual else attended
     h = mlp_norm(x if parallel else y)
     base = h if residual == "normed" else y
     return (base + block.mlp(h) if mlp_residual else block.mlp(h)), weights
 
+
+ATTENTION_LAYER_MISTAKES = (
+    Mistake("no causal mask",
+            "Self-attention in a decoder is causal: position t may read positions 0..t only. "
+            "Ask the attention layer for it (is_causal) or pass a lower-triangular bool mask.",
+            {"mask": "none"}),
+    Mistake("causal mask transposed (the future is visible)",
+            "Query t (row t) may attend to keys s <= t (columns 0..t): a lower-triangular mask, "
+            "not an upper one.", {"mask": "transposed"}),
+    Mistake("causal mask excludes the diagonal (a token cannot see itself)",
+            "Position t may attend to itself: keep the diagonal.", {"mask": "strict"}),
+    Mistake("dropout applied in eval mode",
+            "F.dropout(x, p) drops whatever the module's mode, because its `training` argument "
+            "defaults to True: pass training=self.training (nn.Dropout does this by itself).",
+            {"dropout": "always"}),
+)
 
 BLOCK_MISTAKES = (
     Mistake("post-norm instead of pre-norm",
@@ -231,39 +203,49 @@ BLOCK_MISTAKES = (
             "Keep x itself as the residual stream: normalise a copy for the sublayer, and add "
             "the sublayer's output to the x that came in, not to norm(x).",
             {"residual": "normed"}),
-    Mistake("one LayerNorm for both sublayers",
-            "Each sublayer has its own LayerNorm: self.attn_norm before attention, "
-            "self.mlp_norm before the MLP.", {"shared_norm": True}),
+    Mistake("one norm used for both sublayers",
+            "Each sublayer has its own norm: self.attn_norm before attention, "
+            "self.mlp_norm before the MLP.", {"shared_norm": "forward"}),
+    Mistake("one norm object shared by both sublayers",
+            "Build the norm class twice in the constructor: self.attn_norm and self.mlp_norm "
+            "are two objects with weights of their own, not two names for one.",
+            {"shared_norm": "constructor"}),
     Mistake("MLP reads the block's input instead of the attention's result",
             "The two sublayers run one after the other: the MLP's input is x after the "
             "attention residual was added.", {"parallel": True}),
 )
+BLOCK_SIZES = {"d_model": 12, "n_heads": 3, "d_ff": 20, "dropout": 0.5}
 
 
 def check_decoder_block(cls, seed: int = 0) -> None:
-    """Check a DecoderBlock class (given constructor, the student's forward).
+    """Check a DecoderBlock class (the student's constructor and forward).
 
-    The block's attention layer and MLP are replaced by small stand-ins (and its LayerNorms get
-    seeded weights), so this tests the forward alone: the wiring of the norms and residuals.
+    The block is built as DecoderBlock(12, 3, 20, 0.5, norm=a stand-in norm class, mlp=a
+    stand-in MLP class), so that an unfinished MLP does not stop this check and the norm class
+    given is seen to be used; it is loaded with seeded weights by name (lesson 04's attention
+    layer as `attn`) and runs in eval mode, where its dropout must do nothing, in float32 and
+    float64.
     Lesson: 05_copy_task
     """
-    d_model, n_heads = 12, 2
-    parts = nn.ModuleDict(stand_in_block_parts(d_model, n_heads))
-    state = seeded_parameters(parts, 200 + seed).state_dict()
-    reference = BlockUnderTest(reference_model.DecoderBlock, d_model, n_heads, state)
+    reference_block = reference_model.DecoderBlock(
+        **BLOCK_SIZES, norm=StandInNorm, mlp=harness.StandInBlockMLP)
+    state = seeded_parameters(reference_block, 200 + seed).state_dict()
+    reference = WholeBlockUnderTest(reference_model.DecoderBlock, BLOCK_SIZES, "stand-in", state)
     exercise = Exercise(
-        name="DecoderBlock.forward",
+        name="DecoderBlock",
         reference=reference,
         inputs=("x",),
         outputs=(("x", "(B, T, C)"), ("weights", "(B, H, T, T) from the attention layer")),
         variant=lambda x, **knobs: block_variant(reference.module(x.dtype), x, **knobs),
-        mistakes=BLOCK_MISTAKES,
-        forbidden=forbid([reference_model.DecoderBlock.forward]),
+        mistakes=ATTENTION_LAYER_MISTAKES + BLOCK_MISTAKES,
+        forbidden=forbid([reference_model.DecoderBlock.forward,
+                          reference_model.CausalSelfAttention.forward]),
     )
-    student = Harnessed(harness.BlockUnderTest, (cls, d_model, n_heads, state))
+    student = Harnessed(harness.WholeBlockUnderTest, (cls, BLOCK_SIZES, "stand-in", state))
     g = seeded(seed)
     cases = [
-        Case("B, T, C = 2, 5, 12", (randn(2, 5, 12, generator=g),)),
+        Case("B, T, C = 2, 5, 12 with H = 3 heads", (randn(2, 5, 12, generator=g),)),
+        Case("a longer sequence, B, T = 3, 7", (randn(3, 7, 12, generator=g),)),
         Case("a single position (T = 1)", (randn(3, 1, 12, generator=g),)),
         Case("float64, with gradients for x and every parameter",
              (randn(2, 6, 12, generator=g, dtype=torch.float64),), grad=True),

@@ -13,41 +13,6 @@ from attention_course.embeddings import TokenAndPositionEmbedding, token_and_pos
 
 # ---------------------------------------------------------------- correct
 
-class StudentCausalSelfAttention(nn.Module):
-    """The constructor the notebook gives; the student writes ``forward``."""
-
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
-        super().__init__()
-        self.attn = multihead.MultiHeadAttention(d_model, n_heads, dropout)
-        self.dropout = dropout
-
-    def forward(self, x):
-        raise NotImplementedError()
-
-
-class AttentionLayerByIsCausal(StudentCausalSelfAttention):
-    def forward(self, x):
-        out, weights = self.attn(x, x, x, is_causal=True)
-        return F.dropout(out, self.dropout, training=self.training), weights
-
-
-class AttentionLayerByTril(StudentCausalSelfAttention):
-    def forward(self, x):
-        T = x.shape[1]
-        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
-        out, weights = self.attn(x, x, x, attn_mask=allowed)
-        if self.training:
-            out = F.dropout(out, self.dropout)
-        return out, weights
-
-
-class AttentionLayerByCourseMask(StudentCausalSelfAttention):
-    def forward(self, x):
-        out, weights = self.attn(query=x, key=x, value=x,
-                                 attn_mask=masks.causal_mask(x.shape[-2], device=x.device))
-        return nn.functional.dropout(out, p=self.dropout, training=self.training), weights
-
-
 class MLPByFunctional(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -80,42 +45,64 @@ class MLPByErf(MLPByFunctional):
 
 
 class StudentBlock(nn.Module):
-    """The constructor the notebook gives; the student writes ``forward``."""
+    """The constructor as the lesson writes it; ``forward`` not written yet."""
 
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, *, norm=nn.LayerNorm,
+                 mlp=MLPByFunctional):
         super().__init__()
-        self.attn_norm = nn.LayerNorm(d_model)
-        self.attn = AttentionLayerByIsCausal(d_model, n_heads, dropout)
-        self.mlp_norm = nn.LayerNorm(d_model)
-        self.mlp = MLPByFunctional(d_model, d_ff, dropout)
+        self.attn_norm = norm(d_model)
+        self.attn = multihead.MultiHeadAttention(d_model, n_heads, dropout)
+        self.mlp_norm = norm(d_model)
+        self.mlp = mlp(d_model, d_ff, dropout)
+        self.dropout = dropout
 
     def forward(self, x):
         raise NotImplementedError()
 
 
-class BlockInTwoLines(StudentBlock):
+class BlockLikeTheLesson(StudentBlock):
     def forward(self, x):
-        attended, weights = self.attn(self.attn_norm(x))
-        x = x + attended
+        h = self.attn_norm(x)
+        attended, weights = self.attn(h, h, h, is_causal=True)
+        x = x + F.dropout(attended, self.dropout, self.training)
         return x + self.mlp(self.mlp_norm(x)), weights
 
 
-class BlockWithNames(StudentBlock):
+class BlockByTrilAndModules(nn.Module):
+    """Parts built in another order, a bool tril mask, nn.Dropout for the output."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, *, norm=nn.LayerNorm,
+                 mlp=MLPByFunctional):
+        super().__init__()
+        self.mlp = mlp(d_model, d_ff, dropout)
+        self.attn = multihead.MultiHeadAttention(d_model, n_heads, dropout)
+        self.attn_norm, self.mlp_norm = norm(d_model), norm(d_model)
+        self.drop = nn.Dropout(dropout)
+
     def forward(self, x):
+        T = x.shape[1]
+        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
         h = self.attn_norm(x)
-        a, w = self.attn(h)
-        y = a + x
+        a, w = self.attn(query=h, key=h, value=h, attn_mask=allowed)
+        y = self.drop(a) + x
         m = self.mlp(self.mlp_norm(y))
         return m + y, w
 
 
 class BlockByLoop(StudentBlock):
+    """Both sublayers in one loop; lesson 03's causal mask; dropout only while training."""
+
     def forward(self, x):
         weights = None
-        for norm, sublayer in ((self.attn_norm, self.attn), (self.mlp_norm, self.mlp)):
-            out = sublayer(norm(x))
-            if isinstance(out, tuple):
-                out, weights = out
+        for norm, sublayer in ((self.attn_norm, "attention"), (self.mlp_norm, self.mlp)):
+            h = norm(x)
+            if sublayer == "attention":
+                out, weights = self.attn(h, h, h,
+                                         attn_mask=masks.causal_mask(h.shape[-2], device=h.device))
+                if self.training:
+                    out = F.dropout(out, self.dropout)
+            else:
+                out = sublayer(h)
             x = x + out
         return x, weights
 
@@ -315,10 +302,8 @@ class SwiGLUBySigmoid(SwiGLULikeTheLesson):
 
 
 CORRECT = {
-    "causal_self_attention": [AttentionLayerByIsCausal, AttentionLayerByTril,
-                              AttentionLayerByCourseMask],
     "mlp": [MLPByFunctional, MLPByModules, MLPByErf],
-    "decoder_block": [BlockInTwoLines, BlockWithNames, BlockByLoop],
+    "decoder_block": [BlockLikeTheLesson, BlockByTrilAndModules, BlockByLoop],
     "copy_task_loss": [loss_by_slicing, loss_by_position_mask, loss_by_gather],
     "decoder_only_transformer": [ModelLikeTheLesson, ModelWritingOutTheEmbedding,
                                  ModelByLessonOneFunction],
@@ -327,7 +312,6 @@ CORRECT = {
     "swiglu": [SwiGLULikeTheLesson, SwiGLUByModules, SwiGLUBySigmoid],
 }
 REFERENCES = {
-    "causal_self_attention": model.CausalSelfAttention.forward,
     "mlp": model.MLP.forward,
     "decoder_block": model.DecoderBlock.forward,
     "copy_task_loss": training.copy_task_loss,
@@ -336,20 +320,14 @@ REFERENCES = {
     "rms_norm": model.RMSNorm.forward,
     "swiglu": model.SwiGLU.forward,
 }
-PRINTED_NAME = {"causal_self_attention": "CausalSelfAttention.forward", "mlp": "MLP",
-                "decoder_block": "DecoderBlock.forward",
+PRINTED_NAME = {"mlp": "MLP", "decoder_block": "DecoderBlock",
                 "decoder_only_transformer": "DecoderOnlyTransformer", "rms_norm": "RMSNorm",
                 "swiglu": "SwiGLU"}
 # the stubs a student starts from, where they are classes with a given constructor
-STUBS = {"causal_self_attention": StudentCausalSelfAttention, "decoder_block": StudentBlock}
+STUBS = {"decoder_block": StudentBlock}
 
 
 # ---------------------------------------------------------------- shortcuts
-
-class AttentionLayerCallingReference(StudentCausalSelfAttention):
-    def forward(self, x):
-        return model.CausalSelfAttention.forward(self, x)
-
 
 class MLPCallingReference(model.MLP):
     def forward(self, x):
@@ -376,8 +354,7 @@ class SwiGLUCallingReference(SwiGLULikeTheLesson):
         return model.SwiGLU.forward(self, x)
 
 
-CALLING_THE_REFERENCE = {"causal_self_attention": AttentionLayerCallingReference,
-                         "mlp": MLPCallingReference, "decoder_block": BlockCallingReference,
+CALLING_THE_REFERENCE = {"mlp": MLPCallingReference, "decoder_block": BlockCallingReference,
                          "decoder_only_transformer": ModelCallingReference,
                          "rms_norm": RMSNormCallingReference, "swiglu": SwiGLUCallingReference}
 
@@ -400,12 +377,6 @@ BUILT_INS = {"rms_norm": {"F.rms_norm": RMSNormByFunctional,
 
 
 # ---------------------------------------------------------------- mistakes recognised by a sign
-
-class AttentionLayerDroppingOutInEvalMode(StudentCausalSelfAttention):
-    def forward(self, x):
-        out, weights = self.attn(x, x, x, is_causal=True)
-        return F.dropout(out, self.dropout), weights
-
 
 class MLPDroppingOutInEvalMode(MLPByFunctional):
     def forward(self, x):
@@ -448,8 +419,6 @@ def step_in_eval_mode(model, optimizer, loss_fn, sequences, n, max_norm=None):
 
 
 SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their answer}
-    ("causal_self_attention", "dropout applied in eval mode"): {
-        "F.dropout(out, p)": AttentionLayerDroppingOutInEvalMode},
     ("mlp", "dropout applied in eval mode"): {"F.dropout(out, p)": MLPDroppingOutInEvalMode},
     ("swiglu", "dropout applied in eval mode"): {"F.dropout(out, p)": SwiGLUDroppingOutInEvalMode},
     ("train_step", "nothing returned"): {"no return": step_returning_nothing},
@@ -461,15 +430,36 @@ SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their answer}
 
 # ---------------------------------------------------------------- catalogued mistakes
 
-class AttentionLayerWithoutMask(StudentCausalSelfAttention):
+class BlockWithoutMask(BlockLikeTheLesson):
     def forward(self, x):
-        return self.attn(x, x, x)
+        h = self.attn_norm(x)
+        attended, weights = self.attn(h, h, h)
+        x = x + F.dropout(attended, self.dropout, self.training)
+        return x + self.mlp(self.mlp_norm(x)), weights
 
 
-class AttentionLayerWithTriu(StudentCausalSelfAttention):
+class BlockWithTriu(BlockLikeTheLesson):
     def forward(self, x):
         T = x.shape[1]
-        return self.attn(x, x, x, attn_mask=torch.ones(T, T).triu().bool())
+        h = self.attn_norm(x)
+        attended, weights = self.attn(h, h, h, attn_mask=torch.ones(T, T).triu().bool())
+        x = x + F.dropout(attended, self.dropout, self.training)
+        return x + self.mlp(self.mlp_norm(x)), weights
+
+
+class BlockDroppingOutInEvalMode(BlockLikeTheLesson):
+    def forward(self, x):
+        h = self.attn_norm(x)
+        attended, weights = self.attn(h, h, h, is_causal=True)
+        x = x + F.dropout(attended, self.dropout)
+        return x + self.mlp(self.mlp_norm(x)), weights
+
+
+class BlockSharingOneNorm(BlockLikeTheLesson):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, *, norm=nn.LayerNorm,
+                 mlp=MLPByFunctional):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm=norm, mlp=mlp)
+        self.attn_norm = self.mlp_norm = norm(d_model)
 
 
 class MLPWithoutActivation(MLPByFunctional):
@@ -489,21 +479,22 @@ class MLPFourTimesWide(MLPByFunctional):
 
 class BlockPostNorm(StudentBlock):
     def forward(self, x):
-        attended, weights = self.attn(x)
+        attended, weights = self.attn(x, x, x, is_causal=True)
         x = self.attn_norm(x + attended)
         return self.mlp_norm(x + self.mlp(x)), weights
 
 
 class BlockWithoutResiduals(StudentBlock):
     def forward(self, x):
-        x, weights = self.attn(self.attn_norm(x))
+        h = self.attn_norm(x)
+        x, weights = self.attn(h, h, h, is_causal=True)
         return self.mlp(self.mlp_norm(x)), weights
 
 
 class BlockAddingToTheNorm(StudentBlock):
     def forward(self, x):
         x = self.attn_norm(x)
-        attended, weights = self.attn(x)
+        attended, weights = self.attn(x, x, x, is_causal=True)
         x = x + attended
         x = self.mlp_norm(x)
         return x + self.mlp(x), weights
@@ -641,9 +632,10 @@ class SwiGLUWithGELU(SwiGLULikeTheLesson):
 
 
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
-    AttentionLayerWithoutMask: ("causal_self_attention", ["no causal mask"]),
-    AttentionLayerWithTriu: ("causal_self_attention",
-                             ["causal mask transposed (the future is visible)"]),
+    BlockWithoutMask: ("decoder_block", ["no causal mask"]),
+    BlockWithTriu: ("decoder_block", ["causal mask transposed (the future is visible)"]),
+    BlockDroppingOutInEvalMode: ("decoder_block", ["dropout applied in eval mode"]),
+    BlockSharingOneNorm: ("decoder_block", ["one norm object shared by both sublayers"]),
     MLPWithoutActivation: ("mlp", ["MLP without its nonlinearity"]),
     MLPWithReLU: ("mlp", ["ReLU instead of GELU"]),
     MLPFourTimesWide: ("mlp", ["hidden width 4 * d_model instead of d_ff"]),

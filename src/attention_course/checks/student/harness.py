@@ -273,6 +273,46 @@ class BlockUnderTest(_InBothPrecisions):
         return block
 
 
+class StandInBlockMLP(StandInMLP):
+    """Stands in for the MLP class given to the student's block: the constructor of an MLP
+    (d_model, d_ff, dropout), the forward of ``StandInMLP``."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__(d_model)
+
+
+class WholeBlockUnderTest(_InBothPrecisions):
+    """The student's block class built whole, ``cls(**init, norm=..., mlp=StandInBlockMLP)``
+    with the norm class named in ``norm`` ("LayerNorm" or "stand-in"), and loaded with
+    ``state``. The MLP is a stand-in, so an unfinished MLP does not stop this check. Every
+    call runs under the same seed of torch's generator (restored afterwards), so that dropout
+    left on in eval mode draws the same mask as the check's variant does."""
+
+    def __init__(self, cls, init: dict, norm: str, state: dict):
+        self.cls, self.init, self.norm, self.state = cls, init, norm, state
+
+    def build(self) -> nn.Module:
+        if not (isinstance(self.cls, type) and issubclass(self.cls, nn.Module)):
+            raise TypeError("your DecoderBlock is not an nn.Module class")
+        norms = {"LayerNorm": nn.LayerNorm, "stand-in": StandInNorm}
+        block = self.cls(**self.init, norm=norms[self.norm], mlp=StandInBlockMLP)
+        try:
+            block.load_state_dict(self.state)
+        except Exception as err:
+            raise AssertionError(
+                f"could not load the course's weights ({', '.join(self.state)}) into your block "
+                f"built with {self.init}, norm={self.norm} and a stand-in MLP class: build "
+                f"both norms from the class `norm` and the MLP from the class `mlp` "
+                f"({type(err).__name__}: {err})") from None
+        return block
+
+    def __call__(self, x, *args, **kwargs):
+        module = self.module(x.dtype)  # built first: its constructor draws from the generator
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return module(x, *args, **kwargs)
+
+
 class StandInLanguageModel(nn.Module):
     """Stands in for the transformer in the loss check. It is causal like the lesson's model:
     the logits at position t depend on the tokens 0..t (a running mean of their embeddings)
@@ -503,13 +543,54 @@ def model_config(model) -> dict[str, int]:
     """The sizes of a lesson-05 model, read from its parts (the student's blocks included); its
     kind of positions from the embedding (a learned table, or a fixed one: zeros for none)."""
     block, embed = model.blocks[0], model.embed
+    attention = getattr(block.attn, "attn", block.attn)  # lesson 04's layer, or wrapped in one
     positions = "learned" if embed.learned_positions else \
         "none" if not embed.position.any() else "sinusoidal"
     return {"vocab_size": model.head.out_features, "max_len": embed.max_len,
-            "d_model": model.head.in_features, "n_heads": block.attn.attn.n_heads,
+            "d_model": model.head.in_features, "n_heads": attention.n_heads,
             "n_layers": len(model.blocks), "d_ff": block.mlp.fc.out_features,
             "positions": POSITION_CODES[positions], "scale_tokens": int(embed.scale_tokens)}
 
 
-__all__ += ["SeededModuleUnderTest", "BlockUnderTest", "LossUnderTest", "HeldOutRun",
+__all__ += ["SeededModuleUnderTest", "BlockUnderTest", "WholeBlockUnderTest", "LossUnderTest",
+            "HeldOutRun",
             "ModelUnderTest", "TrainStepUnderTest"]
+
+
+# ---------------------------------------------------------------- lesson 01: the embedding layer
+
+class EmbeddingUnderTest(_InBothPrecisions):
+    """The student's embedding class, built with ``init``, in eval mode. Its parameters must be
+    the ones the contract names (the keys of ``state``) and are loaded from ``state``; its
+    buffers stay as its constructor made them (a fixed position table is the student's own).
+    Token ids are integers: a case asks for the float64 copy with ``dtype=torch.float64``."""
+
+    def __init__(self, cls, init: dict, state: dict):
+        self.cls, self.init, self.state = cls, init, state
+
+    def build(self) -> nn.Module:
+        module = self.cls(**self.init)
+        found = sorted(name for name, _ in module.named_parameters())
+        if found != sorted(self.state):
+            raise ValueError(
+                f"your module's parameters are {', '.join(found) or 'none'}; built with "
+                f"{self.init} the contract's are {', '.join(sorted(self.state))}")
+        try:
+            module.load_state_dict({**module.state_dict(), **self.state})
+        except Exception as err:
+            raise AssertionError(
+                f"could not load the course's weights ({', '.join(self.state)}) into your "
+                f"module built with {self.init} ({type(err).__name__}: {err})") from None
+        return module
+
+    dtype = torch.float64  # the dtype of the last call, whose parameters the gradients need
+
+    def __call__(self, token_ids, *args, dtype=torch.float32, **kwargs):
+        self.dtype = dtype
+        return self.module(dtype)(token_ids, *args, **kwargs)
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return dict(self.module(self.dtype).named_parameters())
+
+
+__all__ += ["EmbeddingUnderTest"]
