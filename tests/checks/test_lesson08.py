@@ -14,11 +14,13 @@ from attention_course.checks import lesson08
 from attention_course.checks.framework import SESSION, Harnessed, Target
 from attention_course.checks.student import harness
 from helpers.answers.lesson08 import (
+    IdentityFunction,
     flash_saving_the_weights,
+    forward_with_lse,
     function_whose_backward_is,
     tiled_backward_every_block,
 )
-from helpers.checking import check_of
+from helpers.checking import check_of, failure
 
 LESSON = "08_flash_backward"
 
@@ -30,6 +32,29 @@ def test_right_but_slow_or_memory_hungry_answers_pass(name, student, capsys):
     the lesson shows what they cost, the check does not fail them."""
     check_of(name)(student)
     assert capsys.readouterr().out.startswith("ok:")
+
+
+def autograd_through_a_tiled_forward(query, key, value, is_causal=False, scale=None,
+                                     block_size=64):
+    """No Function at all: autograd differentiates the tiled loop (tiles only, right numbers)."""
+    out, lse = forward_with_lse(query, key, value, is_causal, scale, block_size)
+    return out, lse.detach()
+
+
+def a_function_of_the_tiled_forward(query, key, value, is_causal=False, scale=None,
+                                    block_size=64):
+    """A Function whose backward passes the gradient on unchanged, applied to the output of a
+    differentiable tiled forward: autograd's backward of the loop does the work."""
+    out, lse = forward_with_lse(query, key, value, is_causal, scale, block_size)
+    return IdentityFunction.apply(out), lse.detach()
+
+
+@pytest.mark.parametrize("student", [autograd_through_a_tiled_forward,
+                                     a_function_of_the_tiled_forward])
+def test_a_backward_autograd_derives_from_the_forward_is_refused(student):
+    """The gradients must come from the student's Function applied to the inputs themselves."""
+    assert "does not come straight from your Function's apply" in failure(
+        check_of("flash_attention"), student)
 
 
 def test_the_reference_flash_backward_is_allowed_in_the_functions_backward(capsys):

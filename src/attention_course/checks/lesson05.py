@@ -1,7 +1,7 @@
 """Checks for lesson 05_copy_task: the MLP, the pre-norm decoder block (its causal
 self-attention through lesson 04's layer), the model around the blocks, the copy-task loss (the
 causal shift and the answer mask), the training step, the trained model's held-out accuracy,
-and a modern block's RMSNorm and SwiGLU MLP.
+and a modern block's RMSNorm (its gated MLP is the MLP's other setting).
 
 The student's side (what builds and runs the student's objects: stand-in parts made of torch.nn,
 the module and loss under test, the held-out run) is in ``harness``, where it runs in the
@@ -58,19 +58,32 @@ def dropout_in_eval_mode(index: int) -> Mistake:
         sign=_dropped_out(index))
 
 
-# ---------------------------------------------------------------- the MLP
+# ---------------------------------------------------------------- the MLP, classic and gated
 
 MLP_NAMES = ("fc.weight", "fc.bias", "proj.weight", "proj.bias")
+SWIGLU_NAMES = ("gate.weight", "up.weight", "down.weight")
 MLP_SIZES = {"d_model": 12, "d_ff": 20}
 
 
-def mlp_variant(x, seed: int, *, activation="gelu", width="d_ff", where="between"):
-    """A reference MLP with seeded weights, built or run the wrong way: another hidden
-    ``width`` ("4C", "C"), another ``activation`` ("none", "relu", "tanh" for GELU's tanh
-    approximation), or the activation ``where`` = "after" the second layer."""
+def mlp_variant(x, seed: int, gated: bool = False, *, width="d_ff", activation="gelu",
+                where="between", gate="silu", swapped=False, gating="gate"):
+    """A seeded reference MLP built or run the wrong way: another hidden ``width`` ("4C",
+    "C"; both settings); classic: another ``activation`` ("none", "relu", "tanh" for GELU's
+    tanh approximation) or the activation ``where`` = "after" the second layer; gated: another
+    ``gate`` function ("gelu", "sigmoid", "none"), gate and up ``swapped``, the SiLU applied to
+    the "product", or no gating at all ("ungated": down(silu(gate(x))))."""
     C, d_ff = MLP_SIZES["d_model"], MLP_SIZES["d_ff"]
     hidden = {"d_ff": d_ff, "4C": 4 * C, "C": C}[width]
-    layer = seeded_parameters(reference_model.MLP(C, hidden), seed).to(x.dtype)
+    layer = seeded_parameters(reference_model.MLP(C, hidden, gated=gated), seed).to(x.dtype)
+    if gated:
+        act = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid,
+               "none": lambda h: h}[gate]
+        a, b = (layer.up(x), layer.gate(x)) if swapped else (layer.gate(x), layer.up(x))
+        if gating == "product":
+            return layer.down(act(a * b))
+        if gating == "ungated":
+            return layer.down(act(a))
+        return layer.down(act(a) * b)
     act = {"gelu": F.gelu, "none": lambda h: h, "relu": F.relu,
            "tanh": lambda h: F.gelu(h, approximate="tanh")}[activation]
     if where == "after":
@@ -99,38 +112,66 @@ MLP_MISTAKES = (
     dropout_in_eval_mode(0),
 )
 
+SWIGLU_MISTAKES = (
+    Mistake("SiLU on the up branch instead of the gate",
+            "The gate is the branch that goes through SiLU: silu(gate(x)) * up(x).",
+            {"swapped": True}),
+    Mistake("GELU instead of SiLU",
+            "SwiGLU gates with SiLU (x * sigmoid(x), F.silu); GELU makes GeGLU.",
+            {"gate": "gelu"}),
+    Mistake("sigmoid instead of SiLU (that is GLU)",
+            "SiLU is x * sigmoid(x), not sigmoid(x) alone: use F.silu.", {"gate": "sigmoid"}),
+    Mistake("no nonlinearity on the gate",
+            "Put SiLU on gate(x) before multiplying: a product of two linear maps is only "
+            "quadratic, not the gated unit.", {"gate": "none"}),
+    Mistake("SiLU applied to the product",
+            "SiLU acts on the gate alone, then multiplies the up branch: "
+            "silu(gate(x)) * up(x).", {"gating": "product"}),
+    Mistake("up branch never used (no gating)",
+            "Multiply the gated values by the up branch, unit by unit, before down.",
+            {"gating": "ungated"}),
+)
+
 
 def check_mlp(cls, seed: int = 0) -> None:
-    """Check an MLP class (the student's constructor and forward).
+    """Check an MLP class (the student's constructor and forward), classic and gated.
 
-    The student's layer is built as MLP(d_model=12, d_ff=20, dropout=0.5), must name its
-    parameters as the contract does, gets seeded weights (the reference gets the same) and runs
-    in eval mode, in float32 and float64.
+    The student's layer is built as MLP(d_model=12, d_ff=20, dropout=0.5, gated=False) and
+    with gated=True, must name its parameters as the contract does for each, gets seeded
+    weights (the reference gets the same) and runs in eval mode, in float32 and float64.
     Lesson: 05_copy_task
     """
     weights_seed = 100 + seed
-    reference = seeded_parameters(reference_model.MLP(**MLP_SIZES), weights_seed).eval()
-    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
+    init = MLP_SIZES | {"dropout": 0.5}
+    names = {False: MLP_NAMES, True: SWIGLU_NAMES}
+    reference = harness.SettingsUnderTest(reference_model.MLP, init, "gated", names,
+                                          weights_seed)
     exercise = Exercise(
         name="MLP",
-        reference=lambda x: references[x.dtype](x),
+        reference=reference,
         inputs=("x",),
         outputs=(("out", "(..., C)"),),
-        variant=lambda x, **knobs: mlp_variant(x, weights_seed, **knobs),
-        mistakes=MLP_MISTAKES,
+        variant=lambda x, gated, **knobs: mlp_variant(x, weights_seed, gated, **knobs),
+        mistakes=MLP_MISTAKES + SWIGLU_MISTAKES,
         forbidden=forbid([reference_model.MLP.forward]),
     )
-    init = MLP_SIZES | {"dropout": 0.5}
-    student = Harnessed(harness.SeededModuleUnderTest, (cls, init, MLP_NAMES, weights_seed))
+    student = Harnessed(harness.SettingsUnderTest, (cls, init, "gated", names, weights_seed))
     g = seeded(seed)
     cases = [
-        Case("B, T, C = 2, 5, 12 with d_ff = 20", (randn(2, 5, 12, generator=g),)),
-        Case("7 tokens without a batch axis, (T, C) = (7, 12)", (randn(7, 12, generator=g),)),
+        Case("B, T, C = 2, 5, 12 with d_ff = 20", (randn(2, 5, 12, generator=g),),
+             {"gated": False}),
+        Case("7 tokens without a batch axis, (T, C) = (7, 12)", (randn(7, 12, generator=g),),
+             {"gated": False}),
         Case("float64, with gradients for x and every parameter",
-             (randn(2, 4, 12, generator=g, dtype=torch.float64),), grad=True),
+             (randn(2, 4, 12, generator=g, dtype=torch.float64),), {"gated": False}, grad=True),
+        Case("gated=True: B, T, C = 2, 5, 12 with d_ff = 20", (randn(2, 5, 12, generator=g),),
+             {"gated": True}),
+        Case("gated=True: 7 positions without a batch axis", (randn(7, 12, generator=g),),
+             {"gated": True}),
+        Case("gated=True, float64, with gradients for x and every parameter",
+             (randn(2, 4, 12, generator=g, dtype=torch.float64),), {"gated": True}, grad=True),
     ]
-    run_check(exercise, student, cases,
-              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
+    run_check(exercise, student, cases, reference_parameters=reference.probe_parameters)
 
 
 # ---------------------------------------------------------------- the decoder block
@@ -667,7 +708,9 @@ def check_copy_accuracy(model, seed: int = 0) -> None:
 # ---------------------------------------------------------------- a modern block: RMSNorm
 
 RMS_SIZES = {"d_model": 12, "eps": 0.01}
-_RMS_BUILT_INS = ("rms_norm",)  # F.rms_norm, torch.rms_norm and nn.RMSNorm's forward
+# F.rms_norm, torch.rms_norm and nn.RMSNorm's forward; and the other norms, which compute an
+# RMS norm when handed [x, -x] (mean 0, variance the mean square)
+_RMS_BUILT_INS = ("rms_norm", "layer_norm", "group_norm", "batch_norm", "instance_norm")
 
 
 def rms_norm_variant(module, x, *, center=False, root=True, eps="inside", gain=True,
@@ -747,83 +790,6 @@ def check_rms_norm(cls, seed: int = 0) -> None:
              (randn(2, 4, 12, generator=g, dtype=torch.float64),), grad=True),
         Case("float16 entries in the hundreds (out is float16)",
              ((300 * randn(3, 12, generator=g)).half(),)),
-    ]
-    run_check(exercise, student, cases,
-              reference_parameters=lambda: dict(references[torch.float64].named_parameters()))
-
-
-# ---------------------------------------------------------------- a modern block: SwiGLU
-
-SWIGLU_NAMES = ("gate.weight", "up.weight", "down.weight")
-SWIGLU_SIZES = {"d_model": 12, "d_ff": 20}
-
-
-def swiglu_variant(x, seed: int, *, gate="silu", swapped=False, where="gate", width="d_ff"):
-    """A seeded reference SwiGLU run the wrong way: another ``gate`` function ("gelu",
-    "sigmoid", "none"), gate and up ``swapped``, the SiLU applied to the "product", no
-    gating at all ("ungated": down(silu(gate(x)))), or another hidden ``width``."""
-    C, d_ff = SWIGLU_SIZES["d_model"], SWIGLU_SIZES["d_ff"]
-    hidden = {"d_ff": d_ff, "4C": 4 * C}[width]
-    layer = seeded_parameters(reference_model.SwiGLU(C, hidden), seed).to(x.dtype)
-    act = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "none": lambda h: h}[gate]
-    a, b = (layer.up(x), layer.gate(x)) if swapped else (layer.gate(x), layer.up(x))
-    if where == "product":
-        return layer.down(act(a * b))
-    if where == "ungated":
-        return layer.down(act(a))
-    return layer.down(act(a) * b)
-
-
-SWIGLU_MISTAKES = (
-    Mistake("SiLU on the up branch instead of the gate",
-            "The gate is the branch that goes through SiLU: silu(gate(x)) * up(x).",
-            {"swapped": True}),
-    Mistake("GELU instead of SiLU",
-            "SwiGLU gates with SiLU (x * sigmoid(x), F.silu); GELU makes GeGLU.",
-            {"gate": "gelu"}),
-    Mistake("sigmoid instead of SiLU (that is GLU)",
-            "SiLU is x * sigmoid(x), not sigmoid(x) alone: use F.silu.", {"gate": "sigmoid"}),
-    Mistake("no nonlinearity on the gate",
-            "Put SiLU on gate(x) before multiplying: a product of two linear maps is only "
-            "quadratic, not the gated unit.", {"gate": "none"}),
-    Mistake("SiLU applied to the product",
-            "SiLU acts on the gate alone, then multiplies the up branch: "
-            "silu(gate(x)) * up(x).", {"where": "product"}),
-    Mistake("up branch never used (no gating)",
-            "Multiply the gated values by the up branch, unit by unit, before down.",
-            {"where": "ungated"}),
-    Mistake("hidden width 4 * d_model instead of d_ff",
-            "The hidden width is the d_ff argument.", {"width": "4C"}),
-    dropout_in_eval_mode(0),
-)
-
-
-def check_swiglu(cls, seed: int = 0) -> None:
-    """Check a SwiGLU class (the student's constructor and forward): built as
-    SwiGLU(d_model=12, d_ff=20, dropout=0.5) with parameters named as the contract says,
-    seeded weights, run in eval mode in float32 and float64.
-    Lesson: 05_copy_task
-    """
-    weights_seed = 700 + seed
-    reference = seeded_parameters(reference_model.SwiGLU(**SWIGLU_SIZES), weights_seed).eval()
-    references = {torch.float32: reference, torch.float64: copy.deepcopy(reference).double()}
-    exercise = Exercise(
-        name="SwiGLU",
-        reference=lambda x: references[x.dtype](x),
-        inputs=("x",),
-        outputs=(("out", "(..., C)"),),
-        variant=lambda x, **knobs: swiglu_variant(x, weights_seed, **knobs),
-        mistakes=SWIGLU_MISTAKES,
-        forbidden=forbid([reference_model.SwiGLU.forward]),
-    )
-    init = SWIGLU_SIZES | {"dropout": 0.5}
-    student = Harnessed(harness.SeededModuleUnderTest, (cls, init, SWIGLU_NAMES, weights_seed))
-    g = seeded(seed)
-    cases = [
-        Case("B, T, C = 2, 5, 12 with d_ff = 20", (randn(2, 5, 12, generator=g),)),
-        Case("7 positions without a batch axis, (T, C) = (7, 12)", (randn(7, 12, generator=g),)),
-        Case("float64, with gradients for x and every parameter",
-             (randn(2, 4, 12, generator=g, dtype=torch.float64),), grad=True),
     ]
     run_check(exercise, student, cases,
               reference_parameters=lambda: dict(references[torch.float64].named_parameters()))

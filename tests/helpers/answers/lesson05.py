@@ -14,33 +14,62 @@ from attention_course.embeddings import TokenAndPositionEmbedding, token_and_pos
 # ---------------------------------------------------------------- correct
 
 class MLPByFunctional(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    """Both settings, each branch in a method of its own (the wrong answers below override
+    one)."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
         super().__init__()
-        self.fc = nn.Linear(d_model, d_ff)
-        self.proj = nn.Linear(d_ff, d_model)
+        self.gated = gated
+        if gated:
+            self.gate = nn.Linear(d_model, d_ff, bias=False)
+            self.up = nn.Linear(d_model, d_ff, bias=False)
+            self.down = nn.Linear(d_ff, d_model, bias=False)
+        else:
+            self.fc = nn.Linear(d_model, d_ff)
+            self.proj = nn.Linear(d_ff, d_model)
         self.dropout = dropout
 
     def forward(self, x):
-        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+        out = self.swiglu(x) if self.gated else self.classic(x)
+        return F.dropout(out, self.dropout, self.training)
+
+    def classic(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+    def swiglu(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 class MLPByModules(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
         super().__init__()
-        self.fc = nn.Linear(d_model, d_ff)
-        self.act = nn.GELU()
-        self.proj = nn.Linear(d_ff, d_model)
+        if gated:
+            self.up = nn.Linear(d_model, d_ff, bias=False)
+            self.gate = nn.Sequential(nn.Linear(d_model, d_ff, bias=False), nn.SiLU())
+            self.down = nn.Linear(d_ff, d_model, bias=False)
+        else:
+            self.fc = nn.Linear(d_model, d_ff)
+            self.act = nn.GELU()
+            self.proj = nn.Linear(d_ff, d_model)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
+        if hasattr(self, "gate"):
+            return self.drop(self.down(self.gate(x) * self.up(x)))
         return self.drop(self.proj(self.act(self.fc(x))))
 
 
 class MLPByErf(MLPByFunctional):
+    """GELU by erf, SiLU by sigmoid, dropout only while training."""
+
     def forward(self, x):
-        h = self.fc(x)
-        h = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))  # the exact GELU
-        out = self.proj(h)
+        if self.gated:
+            g = self.gate(x)
+            out = self.down(g * torch.sigmoid(g) * self.up(x))
+        else:
+            h = self.fc(x)
+            h = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))  # the exact GELU
+            out = self.proj(h)
         return F.dropout(out, self.dropout) if self.training else out
 
 
@@ -268,39 +297,6 @@ class RMSNormByVectorNorm(RMSNormLikeTheLesson):
         return (self.weight * (h / rms)).type_as(x)
 
 
-class SwiGLULikeTheLesson(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.gate = nn.Linear(d_model, d_ff, bias=False)
-        self.up = nn.Linear(d_model, d_ff, bias=False)
-        self.down = nn.Linear(d_ff, d_model, bias=False)
-        self.dropout = dropout
-
-    def forward(self, x):
-        hidden = F.silu(self.gate(x)) * self.up(x)
-        return F.dropout(self.down(hidden), self.dropout, self.training)
-
-
-class SwiGLUByModules(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.up = nn.Linear(d_model, d_ff, bias=False)
-        self.gate = nn.Linear(d_model, d_ff, bias=False)
-        self.act = nn.SiLU()
-        self.down = nn.Linear(d_ff, d_model, bias=False)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.drop(self.down(self.act(self.gate(x)) * self.up(x)))
-
-
-class SwiGLUBySigmoid(SwiGLULikeTheLesson):
-    def forward(self, x):
-        g = self.gate(x)
-        out = self.down(g * torch.sigmoid(g) * self.up(x))
-        return F.dropout(out, self.dropout) if self.training else out
-
-
 CORRECT = {
     "mlp": [MLPByFunctional, MLPByModules, MLPByErf],
     "decoder_block": [BlockLikeTheLesson, BlockByTrilAndModules, BlockByLoop],
@@ -309,7 +305,6 @@ CORRECT = {
                                  ModelByLessonOneFunction],
     "train_step": [step_like_the_lesson, step_zeroing_by_hand, step_clipping_by_hand],
     "rms_norm": [RMSNormLikeTheLesson, RMSNormInFloat64, RMSNormByVectorNorm],
-    "swiglu": [SwiGLULikeTheLesson, SwiGLUByModules, SwiGLUBySigmoid],
 }
 REFERENCES = {
     "mlp": model.MLP.forward,
@@ -318,7 +313,6 @@ REFERENCES = {
     "decoder_only_transformer": model.DecoderOnlyTransformer.forward,
     "train_step": training.train_step,
     "rms_norm": model.RMSNorm.forward,
-    "swiglu": model.SwiGLU.forward,
 }
 PRINTED_NAME = {"mlp": "MLP", "decoder_block": "DecoderBlock",
                 "decoder_only_transformer": "DecoderOnlyTransformer", "rms_norm": "RMSNorm",
@@ -372,8 +366,18 @@ class RMSNormByTorchModule(RMSNormLikeTheLesson):
         return norm(x.to(self.weight.dtype)).to(x.dtype)
 
 
+class RMSNormByLayerNorm(RMSNormLikeTheLesson):
+    """LayerNorm of [x, -x]: its mean is 0, so its variance is x's mean square."""
+
+    def forward(self, x):
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        both = F.layer_norm(torch.cat([h, -h], dim=-1), (2 * x.shape[-1],), eps=self.eps)
+        return (both[..., :x.shape[-1]] * self.weight.to(h.dtype)).to(x.dtype)
+
+
 BUILT_INS = {"rms_norm": {"F.rms_norm": RMSNormByFunctional,
-                          "nn.RMSNorm": RMSNormByTorchModule}}
+                          "nn.RMSNorm": RMSNormByTorchModule,
+                          "F.layer_norm of [x, -x]": RMSNormByLayerNorm}}
 
 
 # ---------------------------------------------------------------- mistakes recognised by a sign

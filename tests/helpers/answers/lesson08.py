@@ -155,6 +155,18 @@ def forward_with_lse(query, key, value, is_causal, scale, block_size):
     return acc / l, (m + torch.log(l))[..., 0]
 
 
+class IdentityFunction(torch.autograd.Function):
+    """Passes its input and its gradient on unchanged."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
 class FlashBySkipping(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, is_causal=False, scale=None, block_size=64):

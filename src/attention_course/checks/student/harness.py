@@ -109,6 +109,11 @@ class ForwardAndBackward:
                 raise RuntimeError("no gradient reaches query, key or value: the output is cut "
                                    "off from them (is it the output of your Function's apply, "
                                    "not detached?)")
+            if not _from_a_function_of(out, inputs):
+                raise RuntimeError("the output does not come straight from your Function's "
+                                   "apply on the query, the key and the value: autograd would "
+                                   "differentiate the operations in between, not run your "
+                                   "backward")
             grads = _engine_backward(out, dout, inputs)
             missing = [name for name, g in zip(("query", "key", "value"), grads, strict=True)
                        if g is None]
@@ -123,6 +128,16 @@ class ForwardAndBackward:
 def detach_all(result) -> tuple:
     result = tuple(result) if isinstance(result, tuple | list) else (result,)
     return tuple(r.detach() if isinstance(r, torch.Tensor) else r for r in result)
+
+
+def _from_a_function_of(out, inputs: tuple) -> bool:
+    """Whether ``out`` is an output of a ``torch.autograd.Function`` applied to ``inputs``
+    themselves, so that its backward alone gives their gradients."""
+    node, leaves = out.grad_fn, {id(x) for x in inputs}
+    if not isinstance(node, torch.autograd.function.BackwardCFunction):
+        return False
+    return all(fn is None or (type(fn).__name__ == "AccumulateGrad" and id(fn.variable) in leaves)
+               for fn, _ in node.next_functions)
 
 
 def _engine_backward(out, dout, inputs: tuple) -> tuple:
@@ -216,6 +231,27 @@ class SeededModuleUnderTest(_InBothPrecisions):
                 f"your module's parameters are {', '.join(found) or 'none'}; the contract "
                 f"names them {', '.join(self.names)}. Name the layers as the docstring says.")
         return seeded_parameters(module, self.seed)
+
+
+class SettingsUnderTest:
+    """The student's class under several settings: ``names`` maps each setting (a value of
+    the constructor argument ``option``) to the parameter names the contract gives it; each is
+    a ``SeededModuleUnderTest``, built on first use. Every case picks one with
+    ``option=value``; the gradient probe reads the last one called."""
+
+    def __init__(self, cls, init: dict, option: str, names: dict, seed: int):
+        self.option = option
+        self.settings = {value: SeededModuleUnderTest(cls, init | {option: value}, tuple(found),
+                                                      seed)
+                         for value, found in names.items()}
+        self.last = next(iter(self.settings))
+
+    def __call__(self, x, **setting):
+        self.last = setting[self.option]
+        return self.settings[self.last](x)
+
+    def probe_parameters(self) -> dict[str, nn.Parameter]:
+        return self.settings[self.last].probe_parameters()
 
 
 class StandInAttention(nn.Module):
@@ -552,9 +588,9 @@ def model_config(model) -> dict[str, int]:
             "positions": POSITION_CODES[positions], "scale_tokens": int(embed.scale_tokens)}
 
 
-__all__ += ["SeededModuleUnderTest", "BlockUnderTest", "WholeBlockUnderTest", "LossUnderTest",
-            "HeldOutRun",
-            "ModelUnderTest", "TrainStepUnderTest"]
+__all__ += ["SeededModuleUnderTest", "SettingsUnderTest", "BlockUnderTest",
+            "WholeBlockUnderTest", "LossUnderTest", "HeldOutRun", "ModelUnderTest",
+            "TrainStepUnderTest"]
 
 
 # ---------------------------------------------------------------- lesson 01: the embedding layer
