@@ -118,14 +118,17 @@ class TokenAndPositionEmbedding(nn.Module):
         else:  # no positions: every position adds the zero vector
             self.register_buffer("position", torch.zeros(max_len, d_model))
 
-    def forward(self, token_ids: Tensor) -> Tensor:
-        """(B, T) ids -> (B, T, C) embeddings."""
-        if token_ids.shape[-1] > self.max_len:
-            raise ValueError(f"sequence of length {token_ids.shape[-1]} is longer than "
-                             f"max_len={self.max_len}")
+    def forward(self, token_ids: Tensor, offset: int = 0) -> Tensor:
+        """(B, T) ids -> (B, T, C) embeddings of the tokens at positions offset .. offset+T-1
+        (offset: where a cache of earlier tokens ends; 0 for a whole sequence)."""
+        T = token_ids.shape[-1]
+        if offset + T > self.max_len:
+            raise ValueError(f"sequence of length {T} from position {offset} is longer than "
+                             f"max_len={self.max_len} allows")
+        position = self.position[offset:offset + T]  # (T, C)
         if not self.scale_tokens:
-            return self.token(token_ids) + self.position[: token_ids.shape[-1]]
-        return token_and_position_embedding(token_ids, self.token.weight, self.position)
+            return self.token(token_ids) + position
+        return token_and_position_embedding(token_ids, self.token.weight, position)
 
 
 def _normal(rows: int, cols: int, std: float) -> Tensor:

@@ -30,7 +30,6 @@ from helpers.answers.lesson05 import (
     ModelLikeTheLesson,
     RMSNormLikeTheLesson,
     StudentBlock,
-    SwiGLULikeTheLesson,
 )
 from helpers.answers.lesson06 import StudentRotaryMHA
 from helpers.answers.lesson07 import StubRotary, StudentGQALayer
@@ -44,13 +43,12 @@ CATALOGUE["embedding_layer"] = lesson01.EMBEDDING_MISTAKES
 CATALOGUE["multi_head_attention"] = lesson04.MHA_MISTAKES + lesson04.TRAINING_MISTAKES
 # checks that build their exercise around a seeded model: the catalogue, and the wrong
 # variant with the student's signature
-CATALOGUE["mlp"] = lesson05.MLP_MISTAKES
+CATALOGUE["mlp"] = lesson05.MLP_MISTAKES + lesson05.SWIGLU_MISTAKES
 CATALOGUE["decoder_block"] = lesson05.ATTENTION_LAYER_MISTAKES + lesson05.BLOCK_MISTAKES
 CATALOGUE["copy_task_loss"] = lesson05.LOSS_MISTAKES
 CATALOGUE["decoder_only_transformer"] = lesson05.MODEL_MISTAKES
 CATALOGUE["train_step"] = lesson05.TRAIN_STEP_MISTAKES
 CATALOGUE["rms_norm"] = lesson05.RMS_NORM_MISTAKES
-CATALOGUE["swiglu"] = lesson05.SWIGLU_MISTAKES
 STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant,
                     "train_step": lesson05.step_variant,
                     "flash_attention": lesson08.function_variant}  # a Function applied
@@ -97,20 +95,37 @@ def from_variant(name: str, knobs: dict):
 
 
 def mlp_with(knobs: dict):
-    """An MLP built and run as ``lesson05.mlp_variant`` describes, written as a student's."""
+    """An MLP built and run as ``lesson05.mlp_variant`` describes, classic or gated, written
+    as a student's."""
     activation, where = knobs.get("activation", "gelu"), knobs.get("where", "between")
     act = {"gelu": F.gelu, "none": lambda h: h, "relu": F.relu,
            "tanh": lambda h: F.gelu(h, approximate="tanh")}[activation]
+    gate = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid,
+            "none": lambda h: h}[knobs.get("gate", "silu")]
+    gating = knobs.get("gating", "gate")
 
     class Buggy(nn.Module):
-        def __init__(self, d_model, d_ff, dropout=0.0):
+        def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
             super().__init__()
             hidden = {"d_ff": d_ff, "4C": 4 * d_model, "C": d_model}[knobs.get("width", "d_ff")]
-            self.fc = nn.Linear(d_model, hidden)
-            self.proj = nn.Linear(hidden, d_model)
+            self.gated = gated
+            if gated:
+                self.gate = nn.Linear(d_model, hidden, bias=False)
+                self.up = nn.Linear(d_model, hidden, bias=False)
+                self.down = nn.Linear(hidden, d_model, bias=False)
+            else:
+                self.fc = nn.Linear(d_model, hidden)
+                self.proj = nn.Linear(hidden, d_model)
 
         def forward(self, x):
-            return act(self.proj(self.fc(x))) if where == "after" else self.proj(act(self.fc(x)))
+            if not self.gated:
+                return act(self.proj(self.fc(x))) if where == "after" else \
+                    self.proj(act(self.fc(x)))
+            a, b = (self.up(x), self.gate(x)) if knobs.get("swapped") else \
+                (self.gate(x), self.up(x))
+            if gating == "product":
+                return self.down(gate(a * b))
+            return self.down(gate(a)) if gating == "ungated" else self.down(gate(a) * b)
     return Buggy
 
 
@@ -161,28 +176,9 @@ def rms_norm_with(knobs: dict):
     return Buggy
 
 
-def swiglu_with(knobs: dict):
-    """A SwiGLU run as ``lesson05.swiglu_variant`` describes, written as a student's."""
-    class Buggy(SwiGLULikeTheLesson):
-        def __init__(self, d_model, d_ff, dropout=0.0):
-            hidden = 4 * d_model if knobs.get("width") == "4C" else d_ff
-            super().__init__(d_model, hidden, dropout)
-
-        def forward(self, x):
-            act = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid,
-                   "none": lambda h: h}[knobs.get("gate", "silu")]
-            a, b = (self.up(x), self.gate(x)) if knobs.get("swapped") else \
-                (self.gate(x), self.up(x))
-            where = knobs.get("where", "gate")
-            if where == "product":
-                return self.down(act(a * b))
-            return self.down(act(a)) if where == "ungated" else self.down(act(a) * b)
-    return Buggy
-
-
 LESSON05_CLASSES = {"mlp": mlp_with,
                     "decoder_block": block_with, "decoder_only_transformer": model_with,
-                    "rms_norm": rms_norm_with, "swiglu": swiglu_with}
+                    "rms_norm": rms_norm_with}
 
 
 KNOB_MISTAKES = [pytest.param(name, mistake, id=f"{name}-{mistake.name}")

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from attention_course.checks import MODULES
 from attention_course.checks.errors import KNOWN_ERRORS
+from helpers.answers.lesson01 import EmbeddingByIndexing, EmbeddingIgnoringTheOffset
 from helpers.answers.lesson02 import (
     NEG_INF,
     additive,
@@ -79,7 +80,7 @@ def kinds(exercise, case, first) -> list[str]:
     values = dict(zip(exercise.inputs, case.args, strict=False)) | case.kwargs
     found = []
     tensors = [v for v in values.values() if isinstance(v, torch.Tensor)]
-    if any(t.dtype == torch.float64 for t in tensors):
+    if any(t.dtype == torch.float64 for t in tensors) or case.kwargs.get("dtype") == torch.float64:
         found.append("float64")
     if case.grad:
         found.append("gradients")
@@ -99,6 +100,10 @@ def kinds(exercise, case, first) -> list[str]:
             found.append("large logits")
     if "device" in case.kwargs:
         found.append("device given")
+    if exercise.name == "TokenAndPositionEmbedding":  # the configuration built, an offset
+        found.append(case.description.partition(",")[0])
+        if case.kwargs.get("offset"):
+            found.append("an offset (after a cache)")
     return found
 
 
@@ -155,7 +160,7 @@ ORDER = ("T = S", "T != S", "T < S", "T > S", "S left", "Dv != D", "no batch", "
          "float64", "gradients", "dim other", "large logits", "-inf", "ids that", "offset k",
          "a negative", "a sequence",
          "no mask", "bool mask", "float mask", "a query", "is_causal", "scale", "device",
-         "training mode")
+         "training mode", "sinusoidal", "learned", "positions=False", "an offset")
 
 
 def _order(label: str) -> int:
@@ -166,7 +171,7 @@ def row(name: str) -> str:
     exercise, cases = captured(name)
     covered = sorted({k for case in cases for k in kinds(exercise, case, cases[0])}, key=lambda
                      k: (_order(k), k))
-    mistakes = "; ".join(m.name for m in exercise.mistakes) or "-"
+    mistakes = "; ".join(dict.fromkeys(m.name for m in exercise.mistakes)) or "-"
     errors = "; ".join(dict.fromkeys(e.mistake for e in KNOWN_ERRORS
                                      if exercise.name in e.exercises)) or "-"
     return (f"| `check_{name}` | {len(cases)} | {', '.join(covered) or 'sizes only'} | "
@@ -223,15 +228,20 @@ def one_hot_reshaped_to_two_axes(token_ids, weight):
     return (one_hot.flatten(0, -2) @ weight).view(*token_ids.shape[:2], -1)
 
 
-def embed_into_zeros(token_ids, weight, pe):
-    T, C = token_ids.shape[-1], weight.shape[-1]
-    out = torch.zeros(*token_ids.shape, C)
-    out[:] = weight[token_ids] * math.sqrt(C) + pe[:T]
-    return out
+class EmbeddingIntoZeros(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        C, T = self.token.weight.shape[-1], token_ids.shape[-1]
+        out = torch.zeros(*token_ids.shape, C)
+        scale = math.sqrt(C) if self.scale_tokens else 1.0
+        out[:] = self.token(token_ids) * scale + self.position[offset:offset + T]
+        return out
 
 
-def embed_by_data(token_ids, weight, pe):
-    return weight.data[token_ids] * math.sqrt(weight.shape[-1]) + pe[: token_ids.shape[-1]]
+class EmbeddingByData(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        scale = math.sqrt(self.token.weight.shape[-1]) if self.scale_tokens else 1.0
+        return (self.token.weight.data[token_ids] * scale
+                + self.position.data[offset:offset + token_ids.shape[-1]])
 
 
 def softmax_in_float32(x, dim=-1):
@@ -441,8 +451,10 @@ WRONG_ON_ONE_KIND = [
     ("one_hot_embedding", "ids that do not reach V - 1", one_hot_without_num_classes,
      ["one-hot width taken from the ids instead of the vocabulary"]),
     ("one_hot_embedding", "extra batch dims", one_hot_reshaped_to_two_axes, []),
-    ("token_and_position_embedding", "float64", embed_into_zeros, []),
-    ("token_and_position_embedding", "gradients", embed_by_data, []),
+    ("embedding_layer", "float64", EmbeddingIntoZeros, []),
+    ("embedding_layer", "gradients", EmbeddingByData, []),
+    ("embedding_layer", "an offset (after a cache)", EmbeddingIgnoringTheOffset,
+     ["positions 0..T-1 whatever the offset"]),
     ("softmax", "dim other than -1", softmax_on_the_last_axis,
      ["ignores the dim argument (always the last axis)"]),
     ("softmax", "float64", softmax_in_float32, []),

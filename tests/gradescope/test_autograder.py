@@ -37,7 +37,7 @@ return namespace["one_hot_embedding"](token_ids, weight)
 
 def notebooks() -> dict[str, bytes]:
     answers = dict.fromkeys(["one_hot_embedding", "sinusoidal_positional_encoding",
-                             "token_and_position_embedding"])
+                             "offset_matrix", "embedding_layer"])
     return {"correct": _dumps(student_notebook(LESSON, answers)),
             "wrong and hostile": _dumps(student_notebook(LESSON, answers | {
                 "sinusoidal_positional_encoding": MISTAKES["sinusoidal_positional_encoding"][0],
@@ -78,7 +78,7 @@ def test_a_correct_notebook_scores_as_grade_within_768_mb(autograde, graded_by_g
     results, ran = autograde({NOTEBOOK: notebooks()["correct"]})
     check_results(results)
     expected = graded_by_grade["correct"]
-    assert results["score"] == expected.score == expected.max_score == 8
+    assert results["score"] == expected.score == expected.max_score == 10
     assert points(results) == {e.name: e.points for e in expected.exercises}
     assert results["output"] == f"Graded {NOTEBOOK}."
     assert {t["visibility"] for t in results["tests"]} == {"visible", "after_due_date"}

@@ -98,6 +98,19 @@ def test_token_and_position_module(gen, learned):
         assert_close(positions, sinusoidal_positional_encoding(5, C))
 
 
+@pytest.mark.parametrize("learned", [False, True])
+def test_offset_gives_the_positions_after_a_cache(gen, learned):
+    """Embedding a whole sequence equals embedding its head, then its tail at offset = len(head)."""
+    module = TokenAndPositionEmbedding(V, C, max_len=9, learned_positions=learned)
+    ids = torch.randint(V, (2, 7), generator=gen)
+    pieces = torch.cat([module(ids[:, :3]), module(ids[:, 3:], offset=3)], dim=1)
+    assert_close(pieces, module(ids))
+    assert_close(module(ids[:, 2:], offset=2)[:, 0], module.token(ids[:, 2]) * math.sqrt(C)
+                 + module.position[2])
+    with pytest.raises(ValueError, match="longer than max_len=9"):
+        module(ids[:, :3], offset=7)
+
+
 def test_too_long_input_raises(gen):
     module = TokenAndPositionEmbedding(V, C, max_len=4)
     with pytest.raises(ValueError, match="longer than max_len=4"):

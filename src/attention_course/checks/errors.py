@@ -28,6 +28,7 @@ ANY_AXES = frozenset({"one_hot_embedding", "softmax", "scaled_dot_product_attent
                       "merge_attention", "attention_backward", "flash_backward",
                       "flash_attention"})
 MHA = frozenset({"MultiHeadAttention"})
+EMBEDDING = frozenset({"TokenAndPositionEmbedding"})
 GQA_LAYER = frozenset({"GroupedQueryAttention"})
 LAYERS = MHA | GQA_LAYER  # modules whose constructor the student writes
 ATTENTION = frozenset({"scaled_dot_product_attention", "masked_attention"}) | MHA
@@ -124,6 +125,30 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "an attribute the constructor does not set",
                "Your code reads self.{name}, which the constructor has not set: the constructor "
                "sets every attribute the docstring lists, before anything uses it."),
+    # ------------------------------------------------ lesson 01: the embedding layer's tables
+    KnownError(EMBEDDING, r"^ValueError: your module's parameters are (token\.weight|none); "
+               r"built with .*? the contract's are position, token\.weight$",
+               "learned positions not a Parameter",
+               "With learned_positions=True the position table is learned: make it an "
+               "nn.Parameter named position (a buffer, or a plain tensor, never trains)."),
+    KnownError(EMBEDDING, r"^ValueError: your module's parameters are [\w., ]*\bposition\b"
+               r"[\w., ]*; built with .*? the contract's are token\.weight$",
+               "sinusoidal table saved as a Parameter, not a buffer",
+               "The sinusoidal table is fixed: register it with self.register_buffer('position', "
+               "...) so that it moves with .to() and is saved, but the optimizer never changes "
+               "it."),
+    KnownError(EMBEDDING, r"^ValueError: your module's parameters are",
+               "tables not named as the docstring says",
+               "The check gives your module the course's weights by name: token (an "
+               "nn.Embedding, its table token.weight) and, for learned positions only, the "
+               "parameter position; no other parameters."),
+    KnownError(EMBEDDING, LOADED + r"size mismatch for (?P<name>[\w.]+): copying a param with "
+               r"shape torch\.Size\(\[(?P<expected>[\d, ]*)\]\) from checkpoint, the shape in "
+               r"current model is torch\.Size\(\[(?P<got>[\d, ]*)\]\)",
+               "a table of the wrong size",
+               "{name} is ({got}) in your module, ({expected}) in the contract: the token table "
+               "has one row of C = d_model numbers per vocabulary entry (V, C), the position "
+               "table one per position (max_len, C)."),
     # ------------------------------------------------ lesson 07: the grouped-query layer
     KnownError(GQA_LAYER, LOADED + r"size mismatch for (?P<name>[\w.]+): copying a param with "
                r"shape torch\.Size\(\[(?P<expected>[\d, ]*)\]\) from checkpoint, the shape in "
@@ -160,11 +185,11 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "Comparing the (S,) positions with the (B,) lengths pairs up their only axes. To "
                "compare every length with every position, give the lengths an axis of their "
                "own: a (B, 1) column against the (S,) row broadcasts to (B, S)."),
-    KnownError(frozenset({"token_and_position_embedding"}), BROADCAST,
+    KnownError(EMBEDDING, BROADCAST,
                "positional rows that do not line up with the tokens",
-               "pe must contribute one row per position of the sequence: T is the last axis of "
-               "token_ids (the first one is the batch), and the first T rows of pe then "
-               "broadcast over the batch."),
+               "The positions must contribute one row per position of the sequence: T is the "
+               "last axis of token_ids (the first one is the batch), and the T rows from the "
+               "offset on then broadcast over the batch."),
     KnownError(frozenset({"sinusoidal_positional_encoding"}),
                r"The expanded size of the tensor \(\d+\) must match the existing size",
                "one angle per dimension instead of one per pair",

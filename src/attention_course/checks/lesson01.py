@@ -1,10 +1,13 @@
 """Checks for lesson 01_embeddings: one-hot embedding, sinusoidal positional encoding, the
-matrix that moves an encoding by an offset, token + position embedding."""
+matrix that moves an encoding by an offset, the token + position embedding layer."""
+
+import copy
 
 import torch
 
 from .. import embeddings
-from .framework import Case, Exercise, Mistake, randn, run_check, seeded
+from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
+from .student import harness
 from .student.shortcuts import forbid
 
 # ---------------------------------------------------------------- one-hot embedding
@@ -168,54 +171,129 @@ def check_offset_matrix(fn, seed: int = 0) -> None:
     run_check(OFFSET_MATRIX, fn, cases)
 
 
-# ---------------------------------------------------------------- token + position
+# ---------------------------------------------------------------- the embedding layer
 
-def token_position_variant(token_ids, weight, pe, *, scale="sqrt", positions="position",
-                           scale_sum=False):
-    C, T = weight.shape[-1], token_ids.shape[-1]
-    factor = {"sqrt": C ** 0.5, "none": 1.0, "C": float(C)}[scale]
-    position = pe[token_ids] if positions == "token" else pe[:T]
-    tokens = weight[token_ids]
+def embedding_variant(module, token_ids, offset=0, *, scale="sqrt", positions="offset",
+                      scale_sum=False, switches="honoured"):
+    """The reference ``module``'s embedding with a mistake: ``scale`` of the tokens ("sqrt",
+    "none", "C", "inverse"), ``positions`` read ("offset": offset .. offset+T-1, "zero": 0 .. T-1
+    whatever the offset, "shifted": one row on, "token": the rows of the ids, "none"),
+    ``scale_sum``: the positions scaled too; ``switches``: "scale ignored" or "positions
+    ignored" (positions=False or scale_tokens=False not honoured)."""
+    C, T = module.token.weight.shape[-1], token_ids.shape[-1]
+    tokens = module.token(token_ids)  # (B, T, C)
+    scaled = module.scale_tokens or switches == "scale ignored"
+    factor = {"sqrt": C ** 0.5, "none": 1.0, "C": float(C), "inverse": C ** -0.5}[scale]
+    factor = factor if scaled else 1.0
+    table = module.position
+    if switches == "positions ignored" and not module.learned_positions:
+        table = embeddings.sinusoidal_positional_encoding(module.max_len, C, dtype=tokens.dtype)
+    start = {"offset": offset, "zero": 0, "shifted": offset + 1}.get(positions, 0)
+    position = (table[token_ids] if positions == "token" else
+                0.0 if positions == "none" else table[start:start + T])
     return (tokens + position) * factor if scale_sum else tokens * factor + position
 
 
-TOKEN_AND_POSITION_EMBEDDING = Exercise(
-    name="token_and_position_embedding",
-    reference=embeddings.token_and_position_embedding,
-    inputs=("token_ids", "weight", "pe"),
-    outputs=(("embeddings", "(B, T, C)"),),
-    variant=token_position_variant,
-    mistakes=(
-        Mistake("embedding not scaled by sqrt(d_model)",
-                "This lesson (like the original transformer) multiplies the token embedding by "
-                "sqrt(C) before adding the positions.", {"scale": "none"}),
-        Mistake("embedding scaled by d_model instead of sqrt(d_model)",
-                "The factor is sqrt(C), not C.", {"scale": "C"}),
-        Mistake("positional encoding indexed by token id",
-                "Positions are 0..T-1 along the sequence, whatever the tokens are: use the "
-                "first T rows of pe.", {"positions": "token"}),
-        Mistake("positional encoding scaled too",
-                "Only the token embedding is multiplied by sqrt(C); add pe afterwards.",
-                {"scale_sum": True}),
-    ),
-    forbidden=forbid([embeddings.token_and_position_embedding]),
+EMBEDDING_MISTAKES = (
+    Mistake("embedding not scaled by sqrt(d_model)",
+            "This lesson (like the original transformer) multiplies the token embedding by "
+            "sqrt(C) before adding the positions.", {"scale": "none"}),
+    Mistake("embedding scaled by d_model instead of sqrt(d_model)",
+            "The factor is sqrt(C), not C.", {"scale": "C"}),
+    Mistake("embedding divided by sqrt(d_model) instead of multiplied",
+            "The token rows start small (standard deviation 1/sqrt(C)); multiplying them by "
+            "sqrt(C) brings them to the size of the positions. Dividing makes them smaller "
+            "still.", {"scale": "inverse"}),
+    Mistake("positions not added",
+            "Add the encoding of each token's position to its scaled embedding: without it "
+            "the layer cannot tell one position from another.", {"positions": "none"}),
+    Mistake("positions 0..T-1 whatever the offset",
+            "With an offset the T tokens sit at positions offset .. offset+T-1 (the cache "
+            "holds the earlier ones): take those rows of the position table, not the first "
+            "T.", {"positions": "zero"}),
+    Mistake("position rows shifted by one",
+            "Token t (counted from 0) gets row offset + t of the position table: the first "
+            "token of a sequence gets row 0.", {"positions": "shifted"}),
+    Mistake("positional encoding indexed by token id",
+            "Positions are 0..T-1 along the sequence (from the offset), whatever the tokens "
+            "are: take rows of the position table by position, not by id.",
+            {"positions": "token"}),
+    Mistake("positional encoding scaled too",
+            "Only the token embedding is multiplied by sqrt(C); add the positions afterwards.",
+            {"scale_sum": True}),
+    Mistake("scale_tokens=False ignored",
+            "With scale_tokens=False the token embedding is added as it is, without the "
+            "sqrt(C) factor.", {"switches": "scale ignored"}),
+    Mistake("positions=False ignored",
+            "With positions=False nothing is added for the positions: the position table is "
+            "all zeros.", {"switches": "positions ignored"}),
 )
 
 
-def check_token_and_position_embedding(fn, seed: int = 0) -> None:
-    """Check token_and_position_embedding(token_ids, weight, pe) -> (B, T, C).
+def _forbidden_embedding():
+    return forbid([embeddings.TokenAndPositionEmbedding.forward,
+                   embeddings.token_and_position_embedding])
 
+
+def _embedding_exercise(references: dict) -> Exercise:
+    return Exercise(
+        name="TokenAndPositionEmbedding",
+        reference=lambda ids, dtype=torch.float32, **kw: references[dtype](ids, **kw),
+        inputs=("token_ids",),
+        outputs=(("embeddings", "(B, T, C)"),),
+        variant=lambda ids, dtype=torch.float32, **kw: embedding_variant(references[dtype], ids,
+                                                                         **kw),
+        mistakes=EMBEDDING_MISTAKES,
+        forbidden=_forbidden_embedding(),
+    )
+
+
+EMBEDDING_CONFIGS = (  # (what the description says, the constructor's arguments)
+    ("sinusoidal positions", {}),
+    ("learned positions", {"learned_positions": True}),
+    ("positions=False and scale_tokens=False", {"positions": False, "scale_tokens": False}),
+)
+
+
+def check_embedding_layer(cls, seed: int = 0) -> None:
+    """Check a TokenAndPositionEmbedding class, its constructor and its forward.
+
+    The student's module is built with each configuration's arguments; its parameters get the
+    reference's values (their names and shapes are the contract), its buffers stay its own (the
+    sinusoidal table comes from the student's function), and both run on the same token ids,
+    without and with an offset, in float32 and in float64 with gradients.
     Lesson: 01_embeddings
     """
+    V, C, max_len = 7, 8, 12
+    earlier = 0
+    for number, (words, options) in enumerate(EMBEDDING_CONFIGS):
+        torch.manual_seed(seed + number)
+        reference = embeddings.TokenAndPositionEmbedding(V, C, max_len, **options).eval()
+        references = {torch.float32: reference,
+                      torch.float64: copy.deepcopy(reference).double()}
+        init = {"vocab_size": V, "d_model": C, "max_len": max_len, **options}
+        state = {name: p.detach().clone() for name, p in reference.named_parameters()}
+        student = Harnessed(harness.EmbeddingUnderTest, (cls, init, state))
+        cases = _embedding_cases(seed + number, words, V)
+        last = number == len(EMBEDDING_CONFIGS) - 1
+        run_check(_embedding_exercise(references), student, cases,
+                  reference_parameters=lambda r=references, d=cases[-1].kwargs["dtype"]: dict(
+                      r[d].named_parameters()),
+                  quiet=not last, earlier=earlier)
+        earlier += len(cases)
+
+
+def _embedding_cases(seed: int, words: str, V: int) -> list[Case]:
+    """The sinusoidal table is the student's own, computed in float32: its float64 copy holds
+    float32's rounding, so that configuration's gradient case stays in float32."""
+    dtype = torch.float32 if words.startswith("sinusoidal") else torch.float64
+    precision = str(dtype).removeprefix("torch.")
     g = seeded(seed)
-    ids = torch.randint(7, (2, 5), generator=g)
-    pe = embeddings.sinusoidal_positional_encoding(9, 4)
-    cases = [
-        Case("B, T = 2, 5 ids, V = 7, C = 4, pe for up to 9 positions",
-             (ids, randn(7, 4, generator=g), pe)),
-        Case("float64, with gradients",
-             (ids, randn(7, 4, generator=g, dtype=torch.float64), pe.double()), grad=True),
-        Case("sequences as long as pe (T = T_max = 9)",
-             (torch.randint(7, (3, 9), generator=g), randn(7, 4, generator=g), pe)),
+    ids, longer = torch.randint(V, (2, 5), generator=g), torch.randint(V, (3, 8), generator=g)
+    offset = int(torch.randint(2, 4, (1,), generator=g))
+    return [
+        Case(f"{words}, V, C, max_len = 7, 8, 12, B, T = 2, 5", (ids,)),
+        Case(f"{words}, after a cache: offset = {offset}, T = 5", (ids,), {"offset": offset}),
+        Case(f"{words}, {precision} with gradients, offset = 3, B, T = 3, 8", (longer,),
+             {"offset": 3, "dtype": dtype}, grad=True),
     ]
-    run_check(TOKEN_AND_POSITION_EMBEDDING, fn, cases)

@@ -77,21 +77,81 @@ def offset_from_two_encodings(k, d_model):
     return m.to(torch.float32)
 
 
-def embed_by_indexing(token_ids, weight, pe):
-    T, C = token_ids.shape[-1], weight.shape[-1]
-    return weight[token_ids] * math.sqrt(C) + pe[:T]
+class StubEmbedding(nn.Module):
+    """The class a student starts from: constructor and forward both to be written."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__()
+        raise NotImplementedError()
+
+    def forward(self, token_ids, offset=0):
+        raise NotImplementedError()
 
 
-def embed_by_einsum(token_ids, weight, pe):
-    one_hot = F.one_hot(token_ids, weight.shape[0]).to(weight.dtype)
-    tokens = torch.einsum("btv,vc->btc", one_hot, weight)
-    return tokens * weight.shape[1] ** 0.5 + pe.narrow(0, 0, token_ids.shape[1]).unsqueeze(0)
+class EmbeddingByIndexing(nn.Module):
+    """nn.Embedding, and rows of the position table sliced from the offset."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.max_len, self.scale_tokens = max_len, scale_tokens
+        self.learned_positions = learned_positions and positions
+        if self.learned_positions:
+            self.position = nn.Parameter(torch.randn(max_len, d_model))
+        elif positions:
+            self.register_buffer("position", positions_by_stacking(max_len, d_model))
+        else:
+            self.register_buffer("position", torch.zeros(max_len, d_model))
+
+    def forward(self, token_ids, offset=0):
+        T, C = token_ids.shape[-1], self.position.shape[-1]
+        tokens = self.token(token_ids)
+        if self.scale_tokens:
+            tokens = tokens * math.sqrt(C)
+        return tokens + self.position[offset:offset + T]
 
 
-def embed_in_float64(token_ids, weight, pe):
-    C = weight.shape[-1]
-    tokens = weight.double()[token_ids] / (1 / math.sqrt(C))
-    return (tokens + pe.double()[: token_ids.shape[-1]]).to(weight.dtype)
+class EmbeddingByOneHot(nn.Module):
+    """The token table as a bare Parameter read by a one-hot product, the positions gathered
+    by index_select, no position table at all when there are no positions."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__()
+        self.token = nn.Module()
+        self.token.weight = nn.Parameter(torch.randn(vocab_size, d_model) / d_model ** 0.5)
+        self.factor = d_model ** 0.5 if scale_tokens else 1.0
+        self.max_len, self.scale_tokens = max_len, scale_tokens
+        self.learned_positions = learned_positions and positions
+        if self.learned_positions:
+            self.position = nn.Parameter(torch.zeros(max_len, d_model))
+        elif positions:
+            self.register_buffer("position", positions_by_loops(max_len, d_model))
+        else:
+            self.position = None
+
+    def forward(self, token_ids, offset=0):
+        weight = self.token.weight
+        one_hot = F.one_hot(token_ids, weight.shape[0]).to(weight.dtype)
+        x = torch.einsum("btv,vc->btc", one_hot, weight) * self.factor
+        if self.position is None:
+            return x
+        where = torch.arange(offset, offset + token_ids.shape[-1])
+        return x + torch.index_select(self.position, 0, where)
+
+
+class EmbeddingInFloat64(EmbeddingByIndexing):
+    """Computed in float64 and rounded once; the offset as a narrow of the table."""
+
+    def forward(self, token_ids, offset=0):
+        C = self.token.weight.shape[-1]
+        tokens = self.token.weight.double()[token_ids]
+        if self.scale_tokens:
+            tokens = tokens / (1 / math.sqrt(C))
+        position = self.position.double().narrow(0, offset, token_ids.shape[-1])
+        return (tokens + position).to(self.token.weight.dtype)
 
 
 CORRECT = {
@@ -100,18 +160,28 @@ CORRECT = {
                                        positions_by_where],
     "offset_matrix": [offset_by_filling_the_blocks, offset_by_block_diag,
                       offset_from_two_encodings],
-    "token_and_position_embedding": [embed_by_indexing, embed_by_einsum, embed_in_float64],
+    "embedding_layer": [EmbeddingByIndexing, EmbeddingByOneHot, EmbeddingInFloat64],
 }
 # the reference each check compares with, which the student must not call
 REFERENCES = {
     "one_hot_embedding": embeddings.one_hot_embedding,
     "sinusoidal_positional_encoding": embeddings.sinusoidal_positional_encoding,
     "offset_matrix": embeddings.offset_matrix,
-    "token_and_position_embedding": embeddings.token_and_position_embedding,
+    "embedding_layer": embeddings.TokenAndPositionEmbedding,
 }
+PRINTED_NAME = {"embedding_layer": "TokenAndPositionEmbedding"}
+# the stub a student starts from, where it is a class
+STUBS = {"embedding_layer": StubEmbedding}
 
 
 # ---------------------------------------------------------------- shortcuts
+
+class EmbeddingCallingReference(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        return embeddings.TokenAndPositionEmbedding.forward(self, token_ids, offset)
+
+
+CALLING_THE_REFERENCE = {"embedding_layer": EmbeddingCallingReference}
 
 BUILT_INS = {  # exercise: {what the student called: their answer}
     "one_hot_embedding": {
@@ -172,8 +242,67 @@ def offset_with_sin_on_the_diagonal(k, d_model):
     return torch.block_diag(*blocks)
 
 
-def embedding_without_sqrt(token_ids, weight, pe):
-    return weight[token_ids] + pe[: token_ids.shape[1]]
+class EmbeddingWithoutSqrt(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        return self.token(token_ids) + self.position[offset:offset + token_ids.shape[-1]]
+
+
+class EmbeddingScaledByC(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        C = self.token.weight.shape[1]
+        scale = C if self.scale_tokens else 1
+        return self.token(token_ids) * scale + self.position[offset:offset + token_ids.shape[-1]]
+
+
+class EmbeddingDividedBySqrt(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        x = self.token(token_ids)
+        if self.scale_tokens:
+            x = x / math.sqrt(x.shape[-1])
+        return x + self.position[offset:offset + token_ids.shape[-1]]
+
+
+class EmbeddingWithoutPositions(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        x = self.token(token_ids)
+        return x * math.sqrt(x.shape[-1]) if self.scale_tokens else x
+
+
+class EmbeddingIgnoringTheOffset(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        return super().forward(token_ids)
+
+
+class EmbeddingShiftedByOne(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        T = token_ids.shape[-1]
+        x = self.token(token_ids) * (math.sqrt(self.position.shape[1]) if self.scale_tokens else 1)
+        return x + self.position[offset + 1:offset + T + 1]
+
+
+class EmbeddingIndexedById(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        x = self.token(token_ids) * (math.sqrt(self.position.shape[1]) if self.scale_tokens else 1)
+        return x + self.position[token_ids]
+
+
+class EmbeddingScalingPositionsToo(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        x = self.token(token_ids) + self.position[offset:offset + token_ids.shape[-1]]
+        return x * math.sqrt(x.shape[-1]) if self.scale_tokens else x
+
+
+class EmbeddingAlwaysScaled(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        x = self.token(token_ids) * math.sqrt(self.position.shape[1])
+        return x + self.position[offset:offset + token_ids.shape[-1]]
+
+
+class EmbeddingAlwaysSinusoidal(EmbeddingByIndexing):
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__(vocab_size, d_model, max_len, learned_positions,
+                         scale_tokens=scale_tokens)
 
 
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
@@ -186,8 +315,18 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
                            ["blocks on dimensions i and i + C/2 instead of 2i and 2i + 1"]),
     offset_turning_every_pair_by_k: ("offset_matrix", ["the same angle k in every pair"]),
     offset_with_sin_on_the_diagonal: ("offset_matrix", ["sin and cos swapped in the blocks"]),
-    embedding_without_sqrt: ("token_and_position_embedding",
-                             ["embedding not scaled by sqrt(d_model)"]),
+    EmbeddingWithoutSqrt: ("embedding_layer", ["embedding not scaled by sqrt(d_model)"]),
+    EmbeddingScaledByC: ("embedding_layer",
+                         ["embedding scaled by d_model instead of sqrt(d_model)"]),
+    EmbeddingDividedBySqrt: ("embedding_layer",
+                             ["embedding divided by sqrt(d_model) instead of multiplied"]),
+    EmbeddingWithoutPositions: ("embedding_layer", ["positions not added"]),
+    EmbeddingIgnoringTheOffset: ("embedding_layer", ["positions 0..T-1 whatever the offset"]),
+    EmbeddingShiftedByOne: ("embedding_layer", ["position rows shifted by one"]),
+    EmbeddingIndexedById: ("embedding_layer", ["positional encoding indexed by token id"]),
+    EmbeddingScalingPositionsToo: ("embedding_layer", ["positional encoding scaled too"]),
+    EmbeddingAlwaysScaled: ("embedding_layer", ["scale_tokens=False ignored"]),
+    EmbeddingAlwaysSinusoidal: ("embedding_layer", ["positions=False ignored"]),
 }
 
 
@@ -216,8 +355,60 @@ def offset_with_one_angle_per_dimension(k, d_model):
     return m
 
 
-def embedding_with_positions_for_the_batch(token_ids, weight, pe):
-    return weight[token_ids] * math.sqrt(weight.shape[1]) + pe[: token_ids.shape[0]]
+class EmbeddingWithPositionsForTheBatch(EmbeddingByIndexing):
+    def forward(self, token_ids, offset=0):
+        x = self.token(token_ids) * (math.sqrt(self.position.shape[1]) if self.scale_tokens else 1)
+        return x + self.position[offset:offset + token_ids.shape[0]]
+
+
+class EmbeddingWithLearnedBuffer(EmbeddingByIndexing):
+    """The learned table registered as a buffer: it never trains."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__(vocab_size, d_model, max_len, False, positions=positions,
+                         scale_tokens=scale_tokens)
+        self.learned_positions = learned_positions and positions
+        if self.learned_positions:
+            self.register_buffer("position", torch.randn(max_len, d_model))
+
+
+class EmbeddingWithSinusoidalParameter(EmbeddingByIndexing):
+    """The fixed table saved as a Parameter: the optimizer would move it."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__(vocab_size, d_model, max_len, learned_positions, positions=positions,
+                         scale_tokens=scale_tokens)
+        if not self.learned_positions:
+            table = self.position
+            del self.position
+            self.position = nn.Parameter(table)
+
+
+class EmbeddingNamedEmbed(EmbeddingByIndexing):
+    """The token table under another name than the docstring's."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__(vocab_size, d_model, max_len, learned_positions, positions=positions,
+                         scale_tokens=scale_tokens)
+        self.embed = self.token
+        del self.token
+
+    def forward(self, token_ids, offset=0):
+        x = self.embed(token_ids) * (math.sqrt(self.position.shape[1]) if self.scale_tokens else 1)
+        return x + self.position[offset:offset + token_ids.shape[-1]]
+
+
+class EmbeddingOfWidthMaxLen(EmbeddingByIndexing):
+    """A token table of (V, max_len): the arguments' order mixed up."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__(vocab_size, d_model, max_len, learned_positions, positions=positions,
+                         scale_tokens=scale_tokens)
+        self.token = nn.Embedding(vocab_size, max_len)
 
 
 def one_hot_left_as_integers(token_ids, weight):
@@ -235,6 +426,11 @@ SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the
      "one angle per dimension instead of one per pair"),
     ("offset_matrix", offset_with_one_angle_per_dimension,
      "one angle per dimension instead of one per pair"),
-    ("token_and_position_embedding", embedding_with_positions_for_the_batch,
+    ("embedding_layer", EmbeddingWithPositionsForTheBatch,
      "positional rows that do not line up with the tokens"),
+    ("embedding_layer", EmbeddingWithLearnedBuffer, "learned positions not a Parameter"),
+    ("embedding_layer", EmbeddingWithSinusoidalParameter,
+     "sinusoidal table saved as a Parameter, not a buffer"),
+    ("embedding_layer", EmbeddingOfWidthMaxLen, "a table of the wrong size"),
+    ("embedding_layer", EmbeddingNamedEmbed, "tables not named as the docstring says"),
 ]
