@@ -60,6 +60,7 @@ HOOKS = {  # dotted name (or its start) -> why it is flagged
 INTERNALS = frozenset({"__closure__", "cell_contents", "__globals__", "__traceback__", "tb_frame",
                        "tb_next", "f_back", "f_locals", "f_globals", "f_builtins", "gi_frame",
                        "cr_frame", "ag_frame", "_execution_engine", "run_backward"})
+BY_RUNTIME_NAME = frozenset({"attrgetter", "methodcaller", "__getattribute__"})
 MOST_FLAGS = 50
 SETTINGS = ("torch.backends.",)  # attributes meant to be set: no patch
 SIMILAR = 0.92  # token similarity above which an answer counts as the reference renamed
@@ -206,15 +207,18 @@ def _hidden(node: ast.AST) -> list[str]:
 
 
 def _internals(node: ast.AST) -> list[str]:
-    """A flag for ``x.f_back``, ``getattr(x, "cell_contents")`` and the like (``INTERNALS``)."""
+    """A flag for ``x.f_back``, ``getattr(x, "cell_contents")``, ``attrgetter("tb_frame")``
+    and the like (``INTERNALS``), and for attributes reached by a name given at run time."""
     if isinstance(node, ast.Attribute):
         attribute = node.attr
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id in BY_NAME and len(node.args) >= 2 and \
-            isinstance(node.args[1], ast.Constant):
-        attribute = node.args[1].value
+    elif isinstance(node, ast.Constant):
+        attribute = node.value
+    elif isinstance(node, ast.Name):
+        attribute = node.id
     else:
         return []
+    if attribute in BY_RUNTIME_NAME:
+        return [f"uses {attribute} (an attribute reached by a name given at run time)"]
     if attribute in INTERNALS:
         return [f"reaches {attribute} (frames, closures or autograd's engine, where the checks "
                 "keep what they observe)"]

@@ -42,6 +42,8 @@ FAMILIES = {
                       "    frame = err.__traceback__.tb_frame.f_back",
     "reaches cell_contents": "import sys\nfor cell in sys.getprofile().__closure__:\n"
                              "    getattr(cell, 'cell_contents').clear()",
+    "reaches tb_frame": "import operator, sys\nframe = operator.attrgetter('tb_frame')(tb)",
+    "a name given at run time": "import operator\nget = operator.attrgetter('f_' + 'back')",
     "autograd's engine": "from torch.autograd.variable import Variable\n"
                          "run = Variable._execution_engine.run_backward",
 }
