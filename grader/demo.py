@@ -125,8 +125,14 @@ MISTAKES = {
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         """, "a projection of the wrong size"),
     "mlp": ("""
-        self.fc = nn.Linear(d_model, 4 * d_model)
-        self.proj = nn.Linear(4 * d_model, d_model)
+        self.gated = gated
+        if gated:
+            self.gate = nn.Linear(d_model, 4 * d_model, bias=False)
+            self.up = nn.Linear(d_model, 4 * d_model, bias=False)
+            self.down = nn.Linear(4 * d_model, d_model, bias=False)
+        else:
+            self.fc = nn.Linear(d_model, 4 * d_model)
+            self.proj = nn.Linear(4 * d_model, d_model)
         self.dropout = dropout
         """, "hidden width 4 * d_model instead of d_ff"),
     "decoder_block": ("""
@@ -161,12 +167,6 @@ MISTAKES = {
         self.eps = 1e-6
         self.weight = nn.Parameter(torch.ones(d_model))
         """, "the eps argument ignored"),
-    "swiglu": ("""
-        self.gate = nn.Linear(d_model, 4 * d_model, bias=False)
-        self.up = nn.Linear(d_model, 4 * d_model, bias=False)
-        self.down = nn.Linear(4 * d_model, d_model, bias=False)
-        self.dropout = dropout
-        """, "hidden width 4 * d_model instead of d_ff"),
     "rotate_pairs": ("""
         if positions is None:
             positions = torch.arange(x.shape[-2])

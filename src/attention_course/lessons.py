@@ -115,20 +115,19 @@ LESSONS = (
     Lesson(
         "05_copy_task", "the transformer block, trained to copy",
         teaches=("model", "data", "training"),
-        builds="MLP, pre-norm decoder block with its causal self-attention, the whole model "
-               "around the blocks (embedding, blocks, final norm, head); the loss with the "
-               "causal shift and the answer mask, the training step; a model of your block "
-               "trained to copy, ablations of positions and the embedding scale; RMSNorm and "
-               "a SwiGLU MLP for a modern block",
-        practice=(Practice("mlp", "model.MLP", difficulty=2, minutes=10),
+        builds="MLP, classic and gated (SwiGLU), pre-norm decoder block with its causal "
+               "self-attention, the whole model around the blocks (embedding, blocks, final "
+               "norm, head); the loss with the causal shift and the answer mask, the training "
+               "step; a model of your block trained to copy, ablations of positions and the "
+               "embedding scale; RMSNorm for a modern block",
+        practice=(Practice("mlp", "model.MLP", difficulty=2, minutes=15),
                   Practice("decoder_block", "model.DecoderBlock", difficulty=2, minutes=15),
                   Practice("decoder_only_transformer", "model.DecoderOnlyTransformer",
                            difficulty=2, minutes=20),
                   Practice("copy_task_loss", "training.copy_task_loss", difficulty=2, minutes=10),
                   Practice("train_step", "training.train_step", difficulty=2, minutes=10),
                   Practice("copy_accuracy", written=False),
-                  Practice("rms_norm", "model.RMSNorm", difficulty=2, minutes=10),
-                  Practice("swiglu", "model.SwiGLU", difficulty=2, minutes=10)),
+                  Practice("rms_norm", "model.RMSNorm", difficulty=2, minutes=10)),
         may_import=("embeddings", "attention", "masks", "multihead", "data",
                     "training.train", "training.TrainConfig", "training.AdamW",
                     "training.History", "training.greedy_decode", "training.sequence_accuracy")),

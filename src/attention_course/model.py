@@ -1,11 +1,11 @@
 """A small decoder-only transformer: lesson 05's block, stacked on the course's embedding.
 
-Every class here but ``CausalSelfAttention`` is one of the lesson's exercises: the MLP, the
-pre-norm ``DecoderBlock`` (x + attention(norm(x)), then x + mlp(norm(x))), the
-``DecoderOnlyTransformer`` around the blocks (embedding, blocks, final norm, head), and the parts
-of a modern block, ``RMSNorm`` and the ``SwiGLU`` MLP. The model takes the block class as an
-argument, so the notebook assembles it from the student's own block and nothing in it needs the
-reference block.
+Every class here but ``CausalSelfAttention`` and ``SwiGLU`` (the gated MLP under its usual name)
+is one of the lesson's exercises: the ``MLP`` (classic, or gated for a modern block), the pre-norm
+``DecoderBlock`` (x + attention(norm(x)), then x + mlp(norm(x))), the ``DecoderOnlyTransformer``
+around the blocks (embedding, blocks, final norm, head), and ``RMSNorm``, the other part of a
+modern block. The model takes the block class as an argument, so the notebook assembles it from
+the student's own block and nothing in it needs the reference block.
 
 Lesson: 05_copy_task
 """
@@ -42,23 +42,37 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """The per-token network of a block: C -> d_ff -> C with a GELU in between.
+    """The per-token network of a block: C -> d_ff -> C, classic or gated.
 
-    Each position goes through it alone: it transforms what attention gathered. Dropout on the
-    output, in training mode only.
+    Each position goes through it alone: it transforms what attention gathered. Classic
+    (``gated=False``, GPT's): ``proj(gelu(fc(x)))``, with biases and the exact GELU. Gated
+    (``gated=True``, SwiGLU, the MLP of Llama-style models; Shazeer, 2020):
+    ``down(silu(gate(x)) * up(x))``, three maps without bias, where one C -> d_ff map, through
+    SiLU, gates the other unit by unit; three matrices instead of two, so models give it about
+    2/3 of the classic width for the same parameters. Dropout on the output, in training mode
+    only.
     Lesson: 05_copy_task
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, gated: bool = False):
         super().__init__()
-        self.fc = nn.Linear(d_model, d_ff)
-        self.proj = nn.Linear(d_ff, d_model)
+        self.gated = gated
+        if gated:
+            self.gate = nn.Linear(d_model, d_ff, bias=False)
+            self.up = nn.Linear(d_model, d_ff, bias=False)
+            self.down = nn.Linear(d_ff, d_model, bias=False)
+        else:
+            self.fc = nn.Linear(d_model, d_ff)
+            self.proj = nn.Linear(d_ff, d_model)
         self.dropout = dropout
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., C) -> (..., C)."""
-        hidden = F.gelu(self.fc(x))  # (..., C) -> (..., d_ff)
-        return F.dropout(self.proj(hidden), self.dropout, self.training)  # -> (..., C)
+        if self.gated:  # (..., d_ff): the gate times the values
+            out = self.down(F.silu(self.gate(x)) * self.up(x))
+        else:
+            out = self.proj(F.gelu(self.fc(x)))  # (..., C) -> (..., d_ff) -> (..., C)
+        return F.dropout(out, self.dropout, self.training)
 
 
 class DecoderBlock(nn.Module):
@@ -157,24 +171,10 @@ class RMSNorm(nn.Module):
         return (normed * self.weight).to(x.dtype)
 
 
-class SwiGLU(nn.Module):
-    """The gated MLP of Llama-style models (Shazeer, 2020): down(silu(gate(x)) * up(x)).
-
-    Two C -> d_ff maps without bias: one, through SiLU, gates the other, position by position
-    and unit by unit; a d_ff -> C map without bias brings the product back. Three matrices
-    instead of two, so models give it about 2/3 of the classic MLP's hidden width for the same
-    parameters. Dropout on the output, in training mode only.
+class SwiGLU(MLP):
+    """The gated MLP, ``MLP(d_model, d_ff, dropout, gated=True)``, under its usual name.
     Lesson: 05_copy_task
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
-        super().__init__()
-        self.gate = nn.Linear(d_model, d_ff, bias=False)
-        self.up = nn.Linear(d_model, d_ff, bias=False)
-        self.down = nn.Linear(d_ff, d_model, bias=False)
-        self.dropout = dropout
-
-    def forward(self, x: Tensor) -> Tensor:
-        """(..., C) -> (..., C)."""
-        hidden = F.silu(self.gate(x)) * self.up(x)  # (..., d_ff): the gate times the values
-        return F.dropout(self.down(hidden), self.dropout, self.training)  # -> (..., C)
+        super().__init__(d_model, d_ff, dropout, gated=True)

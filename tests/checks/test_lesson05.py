@@ -48,7 +48,7 @@ def test_the_registry_names_the_references_the_grader_drops():
     references = {p.reference for p in lesson("05_copy_task").practice if p.reference}
     assert references == {"model.MLP", "model.DecoderBlock",
                           "model.DecoderOnlyTransformer", "training.copy_task_loss",
-                          "training.train_step", "model.RMSNorm", "model.SwiGLU"}
+                          "training.train_step", "model.RMSNorm"}
     signature = inspect.signature(model.DecoderOnlyTransformer)
     assert signature.parameters["block"].default is inspect.Parameter.empty  # no default block
 
@@ -109,7 +109,7 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
 
 
 class UnfinishedMLP(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
         super().__init__()
         raise NotImplementedError()
 
@@ -128,7 +128,7 @@ def test_the_block_check_does_not_need_the_mlp(capsys):
 
 
 class MLPInASequential(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
 

@@ -1,6 +1,6 @@
 """Lesson 05's answers as students write them: the classes a student starts from, three correct
-styles per exercise (the model, the training step, RMSNorm and SwiGLU too), shortcuts, and
-answers with a catalogued mistake (some recognised by a sign)."""
+styles per exercise (the model, the training step and RMSNorm too; the MLP in both settings),
+shortcuts, and answers with a catalogued mistake (some recognised by a sign)."""
 
 import math
 
@@ -45,7 +45,8 @@ class MLPByModules(nn.Module):
         super().__init__()
         if gated:
             self.up = nn.Linear(d_model, d_ff, bias=False)
-            self.gate = nn.Sequential(nn.Linear(d_model, d_ff, bias=False), nn.SiLU())
+            self.gate = nn.Linear(d_model, d_ff, bias=False)
+            self.act = nn.SiLU()
             self.down = nn.Linear(d_ff, d_model, bias=False)
         else:
             self.fc = nn.Linear(d_model, d_ff)
@@ -55,7 +56,7 @@ class MLPByModules(nn.Module):
 
     def forward(self, x):
         if hasattr(self, "gate"):
-            return self.drop(self.down(self.gate(x) * self.up(x)))
+            return self.drop(self.down(self.act(self.gate(x)) * self.up(x)))
         return self.drop(self.proj(self.act(self.fc(x))))
 
 
@@ -315,8 +316,7 @@ REFERENCES = {
     "rms_norm": model.RMSNorm.forward,
 }
 PRINTED_NAME = {"mlp": "MLP", "decoder_block": "DecoderBlock",
-                "decoder_only_transformer": "DecoderOnlyTransformer", "rms_norm": "RMSNorm",
-                "swiglu": "SwiGLU"}
+                "decoder_only_transformer": "DecoderOnlyTransformer", "rms_norm": "RMSNorm"}
 # the stubs a student starts from, where they are classes with a given constructor
 STUBS = {"decoder_block": StudentBlock}
 
@@ -343,14 +343,9 @@ class RMSNormCallingReference(RMSNormLikeTheLesson):
         return model.RMSNorm.forward(self, x)
 
 
-class SwiGLUCallingReference(SwiGLULikeTheLesson):
-    def forward(self, x):
-        return model.SwiGLU.forward(self, x)
-
-
 CALLING_THE_REFERENCE = {"mlp": MLPCallingReference, "decoder_block": BlockCallingReference,
                          "decoder_only_transformer": ModelCallingReference,
-                         "rms_norm": RMSNormCallingReference, "swiglu": SwiGLUCallingReference}
+                         "rms_norm": RMSNormCallingReference}
 
 
 class RMSNormByFunctional(RMSNormLikeTheLesson):
@@ -384,12 +379,14 @@ BUILT_INS = {"rms_norm": {"F.rms_norm": RMSNormByFunctional,
 
 class MLPDroppingOutInEvalMode(MLPByFunctional):
     def forward(self, x):
-        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout)
+        return F.dropout(self.swiglu(x) if self.gated else self.classic(x), self.dropout)
 
 
-class SwiGLUDroppingOutInEvalMode(SwiGLULikeTheLesson):
+class MLPDroppingOutInEvalModeWhenGated(MLPByFunctional):
     def forward(self, x):
-        return F.dropout(self.down(F.silu(self.gate(x)) * self.up(x)), self.dropout)
+        if self.gated:
+            return F.dropout(self.swiglu(x), self.dropout)
+        return F.dropout(self.classic(x), self.dropout, self.training)
 
 
 def step_returning_nothing(model, optimizer, loss_fn, sequences, n, max_norm=None):
@@ -423,8 +420,9 @@ def step_in_eval_mode(model, optimizer, loss_fn, sequences, n, max_norm=None):
 
 
 SIGN_EXAMPLES = {  # (exercise, mistake) -> {what the student did: their answer}
-    ("mlp", "dropout applied in eval mode"): {"F.dropout(out, p)": MLPDroppingOutInEvalMode},
-    ("swiglu", "dropout applied in eval mode"): {"F.dropout(out, p)": SwiGLUDroppingOutInEvalMode},
+    ("mlp", "dropout applied in eval mode"): {
+        "F.dropout(out, p)": MLPDroppingOutInEvalMode,
+        "F.dropout(out, p) in the gated branch only": MLPDroppingOutInEvalModeWhenGated},
     ("train_step", "nothing returned"): {"no return": step_returning_nothing},
     ("train_step", "loss returned as a tensor, not a number"): {
         "return loss": step_returning_the_tensor},
@@ -467,18 +465,18 @@ class BlockSharingOneNorm(BlockLikeTheLesson):
 
 
 class MLPWithoutActivation(MLPByFunctional):
-    def forward(self, x):
+    def classic(self, x):
         return self.proj(self.fc(x))
 
 
 class MLPWithReLU(MLPByFunctional):
-    def forward(self, x):
+    def classic(self, x):
         return self.proj(torch.relu(self.fc(x)))
 
 
 class MLPFourTimesWide(MLPByFunctional):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__(d_model, 4 * d_model, dropout)
+    def __init__(self, d_model, d_ff, dropout=0.0, gated=False):
+        super().__init__(d_model, 4 * d_model, dropout, gated)
 
 
 class BlockPostNorm(StudentBlock):
@@ -623,16 +621,19 @@ class RMSNormEpsOutside(RMSNormLikeTheLesson):
         return (h / (h.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight).to(x.dtype)
 
 
-class SwiGLUGatingUp(SwiGLULikeTheLesson):
-    def forward(self, x):
-        return F.dropout(self.down(self.gate(x) * F.silu(self.up(x))), self.dropout,
-                         self.training)
+class MLPGatingUp(MLPByFunctional):
+    def swiglu(self, x):
+        return self.down(self.gate(x) * F.silu(self.up(x)))
 
 
-class SwiGLUWithGELU(SwiGLULikeTheLesson):
-    def forward(self, x):
-        return F.dropout(self.down(F.gelu(self.gate(x)) * self.up(x)), self.dropout,
-                         self.training)
+class MLPGatingWithGELU(MLPByFunctional):
+    def swiglu(self, x):
+        return self.down(F.gelu(self.gate(x)) * self.up(x))
+
+
+class MLPGatingTheProduct(MLPByFunctional):
+    def swiglu(self, x):
+        return self.down(F.silu(self.gate(x) * self.up(x)))
 
 
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
@@ -663,6 +664,7 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     RMSNormLikeLayerNorm: ("rms_norm", ["mean subtracted (that is LayerNorm)"]),
     RMSNormInHalf: ("rms_norm", ["computed in 16-bit (the squares overflow)"]),
     RMSNormEpsOutside: ("rms_norm", ["eps added after the square root"]),
-    SwiGLUGatingUp: ("swiglu", ["SiLU on the up branch instead of the gate"]),
-    SwiGLUWithGELU: ("swiglu", ["GELU instead of SiLU"]),
+    MLPGatingUp: ("mlp", ["SiLU on the up branch instead of the gate"]),
+    MLPGatingWithGELU: ("mlp", ["GELU instead of SiLU"]),
+    MLPGatingTheProduct: ("mlp", ["SiLU applied to the product"]),
 }
