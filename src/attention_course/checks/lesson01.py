@@ -174,20 +174,23 @@ def check_offset_matrix(fn, seed: int = 0) -> None:
 # ---------------------------------------------------------------- the embedding layer
 
 def embedding_variant(module, token_ids, offset=0, *, scale="sqrt", positions="offset",
-                      scale_sum=False, switches="honoured"):
+                      scale_sum=False, switches="honoured", table=()):
     """The reference ``module``'s embedding with a mistake: ``scale`` of the tokens ("sqrt",
     "none", "C", "inverse"), ``positions`` read ("offset": offset .. offset+T-1, "zero": 0 .. T-1
     whatever the offset, "shifted": one row on, "token": the rows of the ids, "none"),
     ``scale_sum``: the positions scaled too; ``switches``: "scale ignored" or "positions
-    ignored" (positions=False or scale_tokens=False not honoured)."""
+    ignored" (positions=False or scale_tokens=False not honoured); ``table``: the knobs of
+    ``positional_variant`` (as pairs) that made the student's sinusoidal table."""
     C, T = module.token.weight.shape[-1], token_ids.shape[-1]
     tokens = module.token(token_ids)  # (B, T, C)
     scaled = module.scale_tokens or switches == "scale ignored"
     factor = {"sqrt": C ** 0.5, "none": 1.0, "C": float(C), "inverse": C ** -0.5}[scale]
     factor = factor if scaled else 1.0
-    table = module.position
+    knobs, table = dict(table), module.position
     if switches == "positions ignored" and not module.learned_positions:
         table = embeddings.sinusoidal_positional_encoding(module.max_len, C, dtype=tokens.dtype)
+    elif knobs and not module.learned_positions and module.position.any():  # sinusoidal
+        table = positional_variant(module.max_len, C, **knobs).to(tokens)
     start = {"offset": offset, "zero": 0, "shifted": offset + 1}.get(positions, 0)
     position = (table[token_ids] if positions == "token" else
                 0.0 if positions == "none" else table[start:start + T])
@@ -213,7 +216,8 @@ EMBEDDING_MISTAKES = (
             "T.", {"positions": "zero"}),
     Mistake("position rows shifted by one",
             "Token t (counted from 0) gets row offset + t of the position table: the first "
-            "token of a sequence gets row 0.", {"positions": "shifted"}),
+            "token of a sequence gets row 0, and row 0 of a sinusoidal table is position 0, "
+            "[0, 1, 0, 1, ...].", {"positions": "shifted"}),
     Mistake("positional encoding indexed by token id",
             "Positions are 0..T-1 along the sequence (from the offset), whatever the tokens "
             "are: take rows of the position table by position, not by id.",
@@ -227,6 +231,13 @@ EMBEDDING_MISTAKES = (
     Mistake("positions=False ignored",
             "With positions=False nothing is added for the positions: the position table is "
             "all zeros.", {"switches": "positions ignored"}),
+    # the layer's fixed table comes from the student's sinusoidal_positional_encoding
+    *(Mistake(f"sinusoidal table with a mistake: {m.name}",
+              "Your layer's fixed table comes from your sinusoidal_positional_encoding, which "
+              "has this mistake (its check above names it too): fix it there, and run this "
+              "layer's cell and check again.", {"table": tuple(sorted(m.knobs.items()))})
+      for m in SINUSOIDAL_POSITIONAL_ENCODING.mistakes
+      if "start" not in m.knobs),  # a table from position 1: the rows shifted, named above
 )
 
 

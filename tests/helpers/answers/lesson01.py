@@ -298,6 +298,17 @@ class EmbeddingAlwaysScaled(EmbeddingByIndexing):
         return x + self.position[offset:offset + token_ids.shape[-1]]
 
 
+class EmbeddingWithSwappedTable(EmbeddingByIndexing):
+    """Right, but its fixed table comes from a sinusoidal encoding with sin and cos swapped."""
+
+    def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
+                 positions=True, scale_tokens=True):
+        super().__init__(vocab_size, d_model, max_len, learned_positions, positions=positions,
+                         scale_tokens=scale_tokens)
+        if positions and not learned_positions:
+            self.position = positions_swapped(max_len, d_model)
+
+
 class EmbeddingAlwaysSinusoidal(EmbeddingByIndexing):
     def __init__(self, vocab_size, d_model, max_len, learned_positions=False, *,
                  positions=True, scale_tokens=True):
@@ -327,6 +338,8 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     EmbeddingScalingPositionsToo: ("embedding_layer", ["positional encoding scaled too"]),
     EmbeddingAlwaysScaled: ("embedding_layer", ["scale_tokens=False ignored"]),
     EmbeddingAlwaysSinusoidal: ("embedding_layer", ["positions=False ignored"]),
+    EmbeddingWithSwappedTable: ("embedding_layer",
+                                ["sinusoidal table with a mistake: sin and cos swapped"]),
 }
 
 
