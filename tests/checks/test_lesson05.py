@@ -4,6 +4,7 @@ lesson's exercises make likely, and the graded held-out check passes a trained m
 lesson's block (in the student's own model class) and nothing else."""
 
 import inspect
+import json
 
 import pytest
 import torch
@@ -23,6 +24,8 @@ from attention_course.data import CopyTask
 from attention_course.lessons import lesson
 from attention_course.model import DecoderBlock, DecoderOnlyTransformer
 from attention_course.training import TrainConfig, copy_task_loss, train
+from grader.demo import MISTAKES as DEMO_MISTAKES
+from grader.demo import practice_names, student_notebook
 from helpers.answers.lesson05 import (
     BlockLikeTheLesson,
     MLPByFunctional,
@@ -32,6 +35,7 @@ from helpers.answers.lesson05 import (
 )
 from helpers.checking import failure
 from helpers.copy_task import fully_trained, lesson_model
+from helpers.gradebook import read_course
 from helpers.oracles import assert_close
 
 # what runs the student's objects, and must work where the lesson's references do not exist
@@ -314,3 +318,35 @@ def test_a_run_that_did_not_learn_ends_red_and_says_to_look_at_the_loss():
     _missed(bar)
     bar.close()  # a bar that ran its total would end green ("success")
     assert bar.container.children[1].bar_style == "danger"
+
+
+@pytest.mark.slow
+def test_the_grader_gives_full_points_none_and_names_the_mistakes(graded_class):
+    """Through the grader's sandbox (where the lesson's references are gone): a correct
+    submission gets every point, a blank one none, and the demo class's planted mistakes are
+    named (the held-out check then fails too: a model of mistaken parts)."""
+    lesson_name = "05_copy_task"
+    names = practice_names(lesson_name)
+    notebooks = {"correct": student_notebook(lesson_name, dict.fromkeys(names)),
+                 "blank": student_notebook(lesson_name, {}),
+                 "mistaken": student_notebook(
+                     lesson_name, {name: DEMO_MISTAKES[name][0] for name in names})}
+    workspace = graded_class("lesson05", submitted={
+        (student, lesson_name): (notebook, None) for student, notebook in notebooks.items()},
+        grade=("--lesson", lesson_name, "--workers", "1", "--cell-timeout", "20"),
+        command_line=True)
+    results = {student: json.loads(workspace.result_file(student, lesson_name).read_text())
+               for student in notebooks}
+    course = read_course()[lesson_name]
+    assert course.points == [("check_mlp", 4), ("check_decoder_block", 5),
+                             ("check_decoder_only_transformer", 4),
+                             ("check_copy_task_loss", 2), ("check_train_step", 3),
+                             ("check_copy_accuracy", 3), ("check_rms_norm", 2)]
+    assert (results["correct"]["outcome"], results["correct"]["score"]) == \
+        ("graded", course.max_score), results["correct"]
+    assert (results["blank"]["outcome"], results["blank"]["score"]) == ("graded", 0.0)
+    assert results["mistaken"]["score"] == 0.0
+    for exercise in results["mistaken"]["exercises"]:
+        name = exercise["grade_id"].removeprefix("check_")
+        if name in DEMO_MISTAKES:
+            assert DEMO_MISTAKES[name][1] in exercise["mistake"], exercise

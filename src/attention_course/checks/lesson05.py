@@ -143,7 +143,7 @@ def check_mlp(cls, seed: int = 0) -> None:
     """
     weights_seed = 100 + seed
     init = MLP_SIZES | {"dropout": 0.5}
-    names = {False: MLP_NAMES, True: SWIGLU_NAMES}
+    names = ((False, MLP_NAMES), (True, SWIGLU_NAMES))  # the contract's, for each setting
     reference = harness.SettingsUnderTest(reference_model.MLP, init, "gated", names,
                                           weights_seed)
     exercise = Exercise(

@@ -234,16 +234,16 @@ class SeededModuleUnderTest(_InBothPrecisions):
 
 
 class SettingsUnderTest:
-    """The student's class under several settings: ``names`` maps each setting (a value of
-    the constructor argument ``option``) to the parameter names the contract gives it; each is
-    a ``SeededModuleUnderTest``, built on first use. Every case picks one with
-    ``option=value``; the gradient probe reads the last one called."""
+    """The student's class under several settings: ``settings`` pairs each value of the
+    constructor argument ``option`` with the parameter names the contract gives the module
+    built with it; each is a ``SeededModuleUnderTest``, built on first use. Every case picks one
+    with ``option=value``; the gradient probe reads the last one called."""
 
-    def __init__(self, cls, init: dict, option: str, names: dict, seed: int):
+    def __init__(self, cls, init: dict, option: str, settings: tuple, seed: int):
         self.option = option
-        self.settings = {value: SeededModuleUnderTest(cls, init | {option: value}, tuple(found),
+        self.settings = {value: SeededModuleUnderTest(cls, init | {option: value}, tuple(names),
                                                       seed)
-                         for value, found in names.items()}
+                         for value, names in settings}
         self.last = next(iter(self.settings))
 
     def __call__(self, x, **setting):
