@@ -27,6 +27,7 @@ from attention_course.training import TrainConfig, copy_task_loss, train
 from grader.demo import MISTAKES as DEMO_MISTAKES
 from grader.demo import practice_names, student_notebook
 from helpers.answers.lesson05 import (
+    BlockByTrilAndModules,
     BlockLikeTheLesson,
     MLPByFunctional,
     ModelLikeTheLesson,
@@ -295,11 +296,31 @@ def test_the_record_rebuilds_every_kind_of_model(positions, gen):
     torch.manual_seed(0)
     model = lesson_model(positions=positions, scale_tokens=False, n_heads=4).eval()
     sizes = model_config(model)
+    state = model.state_dict()
     rebuilt = rebuild_model(torch.tensor([sizes[key] for key in CONFIG]),
-                            tuple(model.state_dict().values()))
+                            tuple(state[name] for name in sorted(state)))
     tokens = torch.randint(11, (2, 20), generator=gen)
     with torch.no_grad():
         assert_close(rebuilt(tokens), model(tokens))
+
+
+def test_the_record_does_not_depend_on_the_order_the_parts_were_built_in(gen):
+    """The student writes the block's constructor: parts built in another order than the
+    course's (the MLP first, then attention, then both norms) are rebuilt where they belong."""
+    torch.manual_seed(0)
+    course = lesson_model().eval()
+    with torch.no_grad():  # norms of their own, so that swapping them would show
+        for parameter in course.parameters():
+            parameter.add_(0.1 * torch.randn(parameter.shape, generator=gen))
+    task = CopyTask(10, 10)
+    theirs = ModelLikeTheLesson(task.n_tokens, task.context_len, block=BlockByTrilAndModules)
+    theirs.load_state_dict(course.state_dict())
+    assert list(theirs.state_dict()) != list(course.state_dict())
+    predicted, sizes, *weights = harness.HeldOutRun(theirs, 10, 10, 50)(7)
+    rebuilt = rebuild_model(sizes, tuple(weights))
+    tokens = torch.randint(11, (2, 20), generator=gen)
+    with torch.no_grad():
+        assert_close(rebuilt(tokens), course(tokens))
 
 
 # ---------------------------------------------------------------- a run that did not learn

@@ -628,8 +628,9 @@ STILL_LEARNING = (
 
 def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransformer:
     """The lesson's model, with the course's block, from recorded sizes within sane limits and
-    the recorded weights. It is laid out on the meta device first: memory is taken only once
-    the recorded weights (whose size the grader bounds) have the shapes the sizes claim."""
+    the recorded weights (in the order of their sorted names). It is laid out on the meta
+    device first: memory is taken only once the recorded weights (whose size the grader
+    bounds) have the shapes the sizes claim."""
     sizes = dict(zip(CONFIG, (int(n) for n in config.tolist()), strict=True))
     for key, limit in MODEL_LIMITS.items():
         if not 0 <= sizes[key] <= limit:
@@ -641,7 +642,7 @@ def rebuild_model(config: torch.Tensor, weights: tuple) -> DecoderOnlyTransforme
         model = DecoderOnlyTransformer(**sizes, block=reference_model.DecoderBlock,
                                        positions=positions, scale_tokens=scale_tokens)
     laid_out = model.state_dict()
-    state = dict(zip(laid_out, weights, strict=True))
+    state = dict(zip(sorted(laid_out), weights, strict=True))  # recorded in this order
     for name, weight in state.items():
         if not isinstance(weight, torch.Tensor) or weight.shape != laid_out[name].shape:
             raise ValueError(f"{name} is not a tensor of shape {tuple(laid_out[name].shape)}")

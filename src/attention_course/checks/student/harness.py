@@ -541,8 +541,9 @@ class TrainStepUnderTest:
 
 class HeldOutRun:
     """Run the student's trained model, in eval mode, on fresh sequences of the copy task; return
-    its most likely next token at every position, its sizes and its weights, so that the accuracy
-    can be measured, and the model rebuilt, without the student's code."""
+    its most likely next token at every position, its sizes and its weights (in the order of
+    their names, sorted: the student's constructors may build the parts in any order), so that
+    the accuracy can be measured, and the model rebuilt, without the student's code."""
 
     def __init__(self, model, seq_len: int, vocab_size: int, n_sequences: int):
         from ...data import CopyTask  # lesson 05's given code: only there is it importable
@@ -565,9 +566,9 @@ class HeldOutRun:
                 logits = self.model(test.inputs.to(device))  # (B, 2n) -> (B, 2n, V)
         finally:
             self.model.train(was_training)
-        sizes = model_config(self.model)
+        sizes, state = model_config(self.model), self.model.state_dict()
         return (logits.argmax(dim=-1), torch.tensor([sizes[key] for key in CONFIG]),
-                *self.model.state_dict().values())
+                *(state[name] for name in sorted(state)))  # whatever order the parts were built
 
 
 CONFIG = ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "positions",
