@@ -40,7 +40,7 @@ from helpers.gradebook import read_course
 from helpers.oracles import assert_close
 
 # what runs the student's objects, and must work where the lesson's references do not exist
-STUDENT_SIDE = (harness.seeded_parameters, harness.SeededModuleUnderTest,
+STUDENT_SIDE = (harness.seeded_parameters, harness.SeededModuleUnderTest, harness.SettingsUnderTest,
                 harness.StandInAttention, harness.StandInMLP, harness.stand_in_block_parts,
                 harness.BlockUnderTest, harness.StandInBlockMLP, harness.WholeBlockUnderTest,
                 harness.StandInLanguageModel, harness.LossUnderTest,
@@ -85,9 +85,13 @@ def test_the_students_side_runs_without_the_lessons_references(monkeypatch, gen)
     monkeypatch.delattr(training, "train_step")
 
     x = torch.randn(2, 5, 12, generator=gen)
-    mlp = harness.SeededModuleUnderTest(MLPByFunctional, {"d_model": 12, "d_ff": 20},
-                                         lesson05.MLP_NAMES, 0)
-    assert mlp(x).shape == (2, 5, 12) and set(mlp.probe_parameters()) == set(lesson05.MLP_NAMES)
+    mlp = harness.SettingsUnderTest(MLPByFunctional, {"d_model": 12, "d_ff": 20}, "gated",
+                                    ((False, lesson05.MLP_NAMES), (True, lesson05.SWIGLU_NAMES)),
+                                    0)
+    assert mlp(x, gated=True).shape == (2, 5, 12)
+    assert set(mlp.probe_parameters()) == set(lesson05.SWIGLU_NAMES)
+    assert mlp(x, gated=False).shape == (2, 5, 12)
+    assert set(mlp.probe_parameters()) == set(lesson05.MLP_NAMES)
     block_out, block_weights = harness.WholeBlockUnderTest(BlockLikeTheLesson, block_init,
                                                            "stand-in", block_state)(x)
     assert block_out.shape == (2, 5, 12) and block_weights.shape == (2, 2, 5, 5)
