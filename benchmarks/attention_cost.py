@@ -98,16 +98,34 @@ def measure_one(name: str, T: int, repeats: int) -> dict:
             "seconds": median_seconds(run, device, repeats), "peak_bytes": memory}
 
 
+def in_fresh_processes(script: str, names, lengths, repeats: int) -> list[dict]:
+    """``script --one NAME T REPEATS`` for every name at every length, each in a process of its
+    own (so that no allocation lingers into the next measurement): the rows they print."""
+    rows = []
+    for T in lengths:
+        for name in names:
+            child = subprocess.run([sys.executable, script, "--one", name, str(T), str(repeats)],
+                                   capture_output=True, text=True, check=True)
+            rows.append(json.loads(child.stdout))
+    return rows
+
+
+def one_measurement_asked(parser: argparse.ArgumentParser, measure_one) -> bool:
+    """Parse the command line; in the child process of ``in_fresh_processes`` (``--one``), run
+    and print its one measurement and say so."""
+    parser.add_argument("--one", nargs=3, metavar=("NAME", "T", "REPEATS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        name, T, repeats = args.one
+        print(json.dumps(measure_one(name, int(T), int(repeats))))
+    return bool(args.one)
+
+
 def measure(quick: bool = False) -> list[dict]:
     """Every implementation at every length, each in its own process."""
     lengths, repeats = (LENGTHS[:1], 2) if quick else (LENGTHS, 5)
-    rows = []
-    for T in lengths:
-        for name in IMPLEMENTATIONS:
-            child = subprocess.run([sys.executable, __file__, "--one", name, str(T),
-                                    str(repeats)], capture_output=True, text=True, check=True)
-            rows.append(json.loads(child.stdout))
-    return rows
+    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats)
 
 
 def plot(rows: list[dict], path) -> None:
@@ -139,14 +157,9 @@ def plot(rows: list[dict], path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--one", nargs=3, metavar=("NAME", "T", "REPEATS"),
-                        help=argparse.SUPPRESS)  # the child process of one measurement
-    args = parser.parse_args()
-    if args.one:
-        name, T, repeats = args.one
-        print(json.dumps(measure_one(name, int(T), int(repeats))))
+    if one_measurement_asked(parser, measure_one):
         return
-    for row in measure(args.quick):
+    for row in measure(parser.parse_args().quick):
         print(f"{row['implementation']:17} T={row['T']:5d} {row['seconds'] * 1e3:9.2f} ms "
               f"{row['peak_bytes'] / 2**20:8.1f} MiB")
 

@@ -17,7 +17,6 @@ Run: .venv/bin/python benchmarks/inference_and_scale.py [--quick]
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention_cost import median_seconds, peak_bytes  # noqa: E402
+from attention_cost import (  # noqa: E402
+    in_fresh_processes,
+    median_seconds,
+    one_measurement_asked,
+    peak_bytes,
+)
 
 from attention_course.attention import scaled_dot_product_attention  # noqa: E402
 from attention_course.inference import TinyDecoder, cached_attention, generate  # noqa: E402
@@ -102,13 +106,7 @@ def measure_one(name: str, T: int, repeats: int) -> dict:
 
 def attention_memory(lengths=ATTENTION_LENGTHS, repeats: int = 3) -> list[dict]:
     """Every implementation at every length, each in its own process."""
-    rows = []
-    for T in lengths:
-        for name in IMPLEMENTATIONS:
-            child = subprocess.run([sys.executable, __file__, "--one", name, str(T),
-                                    str(repeats)], capture_output=True, text=True, check=True)
-            rows.append(json.loads(child.stdout))
-    return rows
+    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats)
 
 
 def measure(quick: bool = False, device: str = "cpu") -> dict:
@@ -142,13 +140,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--one", nargs=3, metavar=("NAME", "T", "REPEATS"),
-                        help=argparse.SUPPRESS)  # the child process of one measurement
-    args = parser.parse_args()
-    if args.one:
-        name, T, repeats = args.one
-        print(json.dumps(measure_one(name, int(T), int(repeats))))
+    if one_measurement_asked(parser, measure_one):
         return
+    args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results = measure(args.quick, device)
     for r in results["decoding"]:
