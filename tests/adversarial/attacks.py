@@ -22,7 +22,6 @@ from grader.demo import IGNORES_INTERRUPTS, MISTAKES, TAMPERING, practice_names,
 from helpers.hostile import hostile_metadata, markdown_payloads, payload_cells
 
 LESSON = "02_scaled_dot_product"
-FULL = 7.0
 MARKER = "adversarial-suite-process"  # in the command line of any process an attack starts
 
 
@@ -43,6 +42,9 @@ class Target:
 def full(lesson: str) -> float:
     """All the points of ``lesson``."""
     return read_lesson(lesson).max_score
+
+
+FULL = full(LESSON)
 
 
 @dataclass(frozen=True)

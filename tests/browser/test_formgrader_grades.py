@@ -121,7 +121,8 @@ def test_every_submission_is_graded_with_its_score(lab, demo_class, page, screen
     for student in STUDENTS:
         row = rows.filter(has_text=student)
         standing = standings[student, L02]
-        expect(row.locator("td.score")).to_have_text(f"{standing.score:g} / 7")
+        score = f"{standing.score:g} / {standing.max_score:g}"
+        expect(row.locator("td.score")).to_have_text(score)
         status = "needs manual grading" if standing.needs_manual_grade else "graded"
         expect(row.locator("td.status")).to_have_text(status)
     expect(formgrader.locator("body")).not_to_contain_text("needs autograding")

@@ -47,6 +47,14 @@ EXCHANGE = {  # lesson 03 through nbgrader's exchange: student -> submission tim
 }
 
 
+FULL = {lesson: read_lesson(lesson).max_score for lesson in (L02, L03)}
+
+
+def shown(points: float) -> str:
+    """Points as the CSV, the report and Canvas's file write them."""
+    return f"{round(points, 6):g}"
+
+
 def full_marks(student: str, lesson: str) -> Result:
     cells = read_lesson(lesson).points
     return Result(student, lesson, Outcome.GRADED, "",
@@ -107,11 +115,15 @@ def test_lateness_is_in_the_csv_and_the_penalty_off_the_score(course):
     assert header[-4:] == [f"{L02} late", f"{L02} penalty", f"{L03} late", f"{L03} penalty"]
     assert by_student["1001"][f"{L02} late"] == ""  # Canvas gives no time, and no marker
     assert (by_student["1002"][f"{L02} late"], by_student["1002"][f"{L02} penalty"],
-            by_student["1002"][L02]) == ("late (LMS; time unknown)", "0.7", "6.3")
-    assert (by_student["ann"][f"{L03} late"], by_student["ann"][L03]) == ("on time", "10")
+            by_student["1002"][L02]) == ("late (LMS; time unknown)", shown(0.1 * FULL[L02]),
+                                         shown(0.9 * FULL[L02]))  # one day's penalty
+    assert (by_student["ann"][f"{L03} late"], by_student["ann"][L03]) == (
+        "on time", shown(FULL[L03]))
     assert (by_student["cat"][f"{L03} late"], by_student["cat"][f"{L03} penalty"],
-            by_student["cat"][L03], by_student["cat"]["total"]) == ("2 days late", "2", "8", "8")
-    assert (by_student["dan"][f"{L03} late"], by_student["dan"][L03]) == ("on time", "10")
+            by_student["cat"][L03], by_student["cat"]["total"]) == (
+        "2 days late", shown(0.2 * FULL[L03]), shown(0.8 * FULL[L03]), shown(0.8 * FULL[L03]))
+    assert (by_student["dan"][f"{L03} late"], by_student["dan"][L03]) == (
+        "on time", shown(FULL[L03]))
 
 
 def test_the_report_lists_lateness_per_student(course):
@@ -119,7 +131,7 @@ def test_the_report_lists_lateness_per_student(course):
     assert "<td>cat</td><td>03_masking</td><td>2025-03-10 12:00 UTC</td>" \
            "<td>2025-03-12 08:00 UTC</td><td>2 days late</td>" in page
     assert "<td>dan</td><td>03_masking</td><td>2025-03-13 12:00 UTC</td>" in page  # extension
-    assert ">8 (2 days late: -2)<" in page
+    assert f">{shown(0.8 * FULL[L03])} (2 days late: -{shown(0.2 * FULL[L03])})<" in page
 
 
 def test_due_dates_extensions_and_penalties_are_nbgraders_own(course):
@@ -127,7 +139,8 @@ def test_due_dates_extensions_and_penalties_are_nbgraders_own(course):
         assert book.find_assignment(L03).duedate == datetime(2025, 3, 10, 12, 0)
         assert book.find_submission(L03, "dan").extension == timedelta(days=3)
         cat = book.find_submission(L03, "cat")
-        assert (cat.total_seconds_late, cat.late_submission_penalty) == (158400.0, 2.0)
+        assert cat.total_seconds_late == 158400.0
+        assert cat.late_submission_penalty == pytest.approx(0.2 * FULL[L03])
     # nbgrader's own export agrees with our CSV
     exported = course.root / "nbgrader-export.csv"
     env = os.environ | {"ATTENTION_COURSE_WORKSPACE": str(course.root),
@@ -137,9 +150,9 @@ def test_due_dates_extensions_and_penalties_are_nbgraders_own(course):
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(exported.open())}
-    assert (rows["cat", L03]["late_submission_penalty"], rows["cat", L03]["score"]) == \
-        ("2.0", "8.0")
-    assert rows["1002", L02]["late_submission_penalty"] == "0.7"
+    assert float(rows["cat", L03]["late_submission_penalty"]) == pytest.approx(0.2 * FULL[L03])
+    assert float(rows["cat", L03]["score"]) == pytest.approx(0.8 * FULL[L03])
+    assert float(rows["1002", L02]["late_submission_penalty"]) == pytest.approx(0.1 * FULL[L02])
 
 
 def test_canvas_gets_its_import_format_with_the_canvas_ids_collect_recorded(course):
@@ -147,10 +160,10 @@ def test_canvas_gets_its_import_format_with_the_canvas_ids_collect_recorded(cour
     assert table[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     assert "Attention scores (4022)" in table[0] and L03 in table[0]
     column = table[0].index("Attention scores (4022)")
-    assert table[1][0] == "Points Possible" and table[1][column] == "7"
+    assert table[1][0] == "Points Possible" and table[1][column] == shown(FULL[L02])
     rows = {row[1] or row[2]: row for row in table[2:]}
     assert rows["1002"][:3] == ["jonesbob", "1002", ""]  # Canvas user id, no SIS id known
-    assert rows["1002"][column] == "6.3"
+    assert rows["1002"][column] == shown(0.9 * FULL[L02])
     assert rows["cat"][:3] == ["cat", "", "cat"] and rows["cat"][column] == ""  # not submitted
 
 
@@ -175,9 +188,9 @@ def test_report_only_reads_and_says_when_the_gradebook_is_behind_the_course_file
     assert (workspace.root / "gradebook.db").read_bytes() == before  # nothing written
     said = capsys.readouterr().err
     assert f"the due date of {L03}" in said and "make refresh" in said
-    assert masking(workspace, "cat") == ("2 days late", "8")  # as the gradebook holds it
+    assert masking(workspace, "cat") == ("2 days late", shown(0.8 * FULL[L03]))  # as held
 
     assert cli.main(["--workspace", str(workspace.root), "refresh"]) == 0
     assert cli.main(["--workspace", str(workspace.root), "report"]) == 0
     assert "make refresh" not in capsys.readouterr().err
-    assert masking(workspace, "cat") == ("on time", "10")  # against the new due date
+    assert masking(workspace, "cat") == ("on time", shown(FULL[L03]))  # the new due date

@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader.course import read_lesson
 from grader.demo import practice_names, student_notebook
 from grader.outputs.report import FORMULA_STARTS, spreadsheet_text, write_csv
 
@@ -80,7 +81,8 @@ def test_the_students_names_are_shown_as_written_and_scores_stay_numbers(report)
     assert set(rows) == set(PAYLOADS)
     assert rows["100"][0] == "'" + PAYLOADS["100"]
     assert all(row[0].startswith("'") for row in rows.values()), rows
-    assert {row[column] for row in rows.values()} == {"7"}  # full marks, a number
+    full = f"{read_lesson(LESSON).max_score:g}"
+    assert {row[column] for row in rows.values()} == {full}  # full marks, a number
 
 
 def test_every_csv_cell_a_student_can_reach_is_neutralised_and_numbers_are_not(tmp_path):
