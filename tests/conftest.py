@@ -14,8 +14,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: tests never open a window
 
+import nbval.kernel  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+from helpers.notebooks import start_again_if_it_dies  # noqa: E402
 
 # The modules that keep a worker busy a minute or more in `make test`, longest first (their
 # setup, call and teardown summed from `--durations=0`, 2 cores, 3 workers)
@@ -40,6 +43,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 module not in slow)
 
     items.sort(key=rank)
+
+
+# a kernel that dies while starting is started once more (see start_again_if_it_dies)
+nbval.kernel.start_new_kernel = start_again_if_it_dies(nbval.kernel.start_new_kernel)
 
 
 def module_of(item: pytest.Item) -> str:

@@ -1,6 +1,9 @@
 """Reading, editing and running the lesson notebooks in tests."""
 
+import functools
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
 
@@ -100,3 +103,20 @@ def errors(cell) -> list[str]:
     """The error outputs of a cell, as 'Name: message' strings."""
     return [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", [])
             if o.output_type == "error"]
+
+
+def start_again_if_it_dies(start: Callable) -> Callable:
+    """nbval's kernel start, tried once more when the kernel dies before it answers. With many
+    kernels starting at once (three workers, graders, browsers), a port jupyter_client chose
+    can be taken by another process before the kernel binds it, and that kernel exits at once
+    (seen once in a fresh-clone `make test`); a kernel that dies twice fails the notebook."""
+    @functools.wraps(start)
+    def start_kernel(*args, **kwargs):
+        try:
+            return start(*args, **kwargs)
+        except RuntimeError as error:
+            if "died" not in str(error):
+                raise
+            print(f"nbval: {error}; starting another kernel", file=sys.stderr)
+            return start(*args, **kwargs)
+    return start_kernel

@@ -1,11 +1,12 @@
 """The tests' notebook client looks for a kernel's reply in short polls, so a wake-up that
-zmq.asyncio misses costs at most one of them instead of the whole cell timeout."""
+zmq.asyncio misses costs at most one of them instead of the whole cell timeout; nbval starts a
+second kernel when the first dies while starting."""
 
 from queue import Empty
 
 import pytest
 
-from helpers.notebooks import in_slices
+from helpers.notebooks import in_slices, start_again_if_it_dies
 
 
 class MissedWakeUp:
@@ -53,3 +54,28 @@ def test_no_reply_by_the_timeout_is_still_a_timeout(monkeypatch):
     with pytest.raises(Empty):
         run(channel, 2.5, monkeypatch)
     assert channel.polls == [1.0, 1.0, 0.5]
+
+
+def kernel_start(deaths: int):
+    """A kernel start whose first ``deaths`` kernels die before answering."""
+    started = []
+
+    def start():
+        started.append(1)
+        if len(started) <= deaths:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return "kernel"
+    return start, started
+
+
+def test_nbval_starts_a_second_kernel_when_the_first_dies(capsys):
+    start, started = kernel_start(deaths=1)
+    assert start_again_if_it_dies(start)() == "kernel" and len(started) == 2
+    assert "starting another kernel" in capsys.readouterr().err
+
+
+def test_a_kernel_that_dies_twice_fails_the_notebook():
+    start, started = kernel_start(deaths=2)
+    with pytest.raises(RuntimeError, match="died"):
+        start_again_if_it_dies(start)()
+    assert len(started) == 2
