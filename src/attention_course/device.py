@@ -2,9 +2,9 @@
 thread.
 
 Used by every lesson's setup cell (the ``USE_GPU`` toggle). The lessons' models and tensors are
-small: on a CPU, a second thread gains little when the machine is quiet and costs several times
-the time when other programs keep the cores busy, as a browser or a video call does, because the
-threads wait on each other (``make bench``: notebooks quiet and busy; benchmarks/README.md).
+small: on a CPU, a second thread saves about a sixth of the time when the machine is quiet and
+costs several times the time when other programs keep the cores busy, as a browser or a video
+call does, because the threads wait on each other.
 """
 
 import importlib.util
