@@ -125,6 +125,41 @@ def rolling_rotary_attention(query: Tensor, key: Tensor, value: Tensor,
                                    n_sinks=n_sinks)
 
 
+def streaming_llm_attention(query: Tensor, key: Tensor, value: Tensor,
+                            past_key: Tensor | None = None, past_value: Tensor | None = None,
+                            *, window: int, n_sinks: int = 0, base: float = 10000.0):
+    """Rolling-cache attention with rotary positions assigned within the cache, as StreamingLLM
+    does: the cache keeps keys NOT rotated, and at every step the keys are rotated at their
+    places in the cache, 0 .. S-1, and the new queries at S - T .. S - 1.
+
+    A query then never sees a key farther than n_sinks + W - 1 places away, however long the
+    stream: the sinks stay at distances the model saw in training. The price: once tokens are
+    evicted, a sink's distance is its place in the cache, not its distance in the stream, so
+    the result is no longer attention over the stream under any mask.
+
+    Args:
+        query, key: (B, H, T, D) queries and keys of the new tokens, not rotated (D even).
+        value: (B, H, T, Dv) values of the new tokens.
+        past_key: (B, H, P, D) the cache's keys, NOT rotated, or None; past_value: its values.
+        window, n_sinks: as in ``rolling_cache_attention``; base: as in lesson 06.
+    Returns:
+        out: (B, H, T, Dv).
+        keys, values: the cache after appending and evicting, keys not rotated.
+    Lesson: 09_sliding_windows
+    """
+    if past_key is not None:
+        key = torch.cat([past_key, key], dim=-2)  # (B, H, S, D), not rotated
+        value = torch.cat([past_value, value], dim=-2)
+    T, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
+    angles = rotary_angles(S, D, base=base, device=query.device,
+                           dtype=compute_dtype(query.dtype))  # places 0 .. S-1 in the cache
+    rotated_query = apply_rotary(query, angles[S - T:])  # the new tokens are the last T places
+    rotated_key = apply_rotary(key, angles)  # every key, at this step's places
+    allowed = sliding_window_mask(T, S, window, n_sinks, device=query.device)
+    out, _ = scaled_dot_product_attention(rotated_query, rotated_key, value, attn_mask=allowed)
+    return out, evict(key, window, n_sinks), evict(value, window, n_sinks)
+
+
 def sink_attention(query: Tensor, key: Tensor, value: Tensor, sink: Tensor,
                    attn_mask: Tensor | None = None, scale: float | None = None):
     """Attention whose softmax has one more logit per head, the sink, that belongs to no key.

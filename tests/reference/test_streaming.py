@@ -112,6 +112,25 @@ def test_renumbered_positions_break_the_equality_after_eviction():
         assert torch.allclose(out, expected[..., s:s + 1, :]) == (s <= 4)
 
 
+def test_streaming_llm_positions_equal_the_stream_until_the_first_eviction_then_stay_close():
+    """Positions within the cache are the stream's positions while nothing is evicted; after
+    that the window's keys keep their offsets from the query (rotary attention depends on
+    offsets only) and only the sinks move closer: without sinks it is still exact."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 2, 40, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    for n_sinks, exact_until in ((0, 40), (2, 6)):
+        expected = rotary_full(q, k, v, 4, n_sinks)
+        past_key = past_value = None
+        for s in range(40):
+            out, past_key, past_value = streaming.streaming_llm_attention(
+                q[..., s:s + 1, :], k[..., s:s + 1, :], v[..., s:s + 1, :], past_key,
+                past_value, window=4, n_sinks=n_sinks)
+            assert torch.allclose(out, expected[..., s:s + 1, :]) == (s < exact_until), s
+        # the cache keeps the keys as they came: not rotated
+        kept = streaming.evict(k[..., :40, :], 4, n_sinks)
+        torch.testing.assert_close(past_key, kept)
+
+
 def sink_by_an_extra_column(query, key, value, sink, attn_mask=None, scale=None):
     """gpt-oss's way: the sink as one more column of the scores, softmax, the column dropped."""
     scale = query.shape[-1] ** -0.5 if scale is None else scale

@@ -319,6 +319,83 @@ def check_rolling_rotary_attention(fn, seed: int = 0) -> None:
     run_check(ROLLING_ROTARY_ATTENTION, fn, cases)
 
 
+# ---------------------------------------------------------------- positions within the cache
+
+def streaming_llm_variant(query, key, value, past_key=None, past_value=None, *, window,
+                          n_sinks=0, base=10000.0, stored="raw", query_at="end",
+                          rotate_values=False, **rolling_knobs):
+    """StreamingLLM's positions with one of the known slips: the keys cached rotated (so they
+    are rotated again at the next step), the queries rotated at 0 .. T-1, the values rotated;
+    and the rolling cache's own slips."""
+    raw_key = key if past_key is None else torch.cat([past_key, key], dim=-2)
+    T, S, D = query.shape[-2], raw_key.shape[-2], query.shape[-1]
+    angles = rotary_angles(S, D, base=base, device=query.device,
+                           dtype=compute_dtype(query.dtype))
+    first = S - T if query_at == "end" else 0
+    query = apply_rotary(query, angles[first:first + T])
+    # the new keys rotated at their places, the cached ones too (again, if cached rotated)
+    rotated = apply_rotary(raw_key, angles)
+    if rotate_values:
+        value = apply_rotary(value, angles[S - T:])
+    knobs = {"evict": rolling_knobs.get("evict", "sinks_and_recent")}
+    out, _, values = rolling_variant(query, rotated[..., S - T:, :], value,
+                                     None if past_key is None else rotated[..., :S - T, :],
+                                     past_value, window=window, n_sinks=n_sinks, **rolling_knobs)
+    keys = keep_of(rotated if stored == "rotated" else raw_key, window, n_sinks, **knobs)
+    return out, keys, values
+
+
+STREAMING_LLM_MISTAKES = (
+    Mistake("rotated keys cached (the next step rotates them again: double rotation)",
+            "With positions within the cache, a key's place changes when older tokens are "
+            "evicted, so the cache keeps the keys as they came, NOT rotated, and every step "
+            "rotates them at their places of that step. Return the un-rotated keys.",
+            {"stored": "rotated"}),
+    Mistake("queries rotated at places 0 .. T-1 (the start of the cache)",
+            "The new tokens are the last T places of the cache after appending: rotate the "
+            "queries at S - T .. S - 1, the same places as their own keys.",
+            {"query_at": "start"}),
+    Mistake("values rotated too",
+            "Rotary positions turn the queries and keys only; the values are never rotated.",
+            {"rotate_values": True}),
+    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], WINDOW_TOP_LEFT, WINDOW_SELF_OUT, WINDOW_SHORT,
+    SINKS_IGNORED,
+)
+
+STREAMING_LLM_ATTENTION = Exercise(
+    name="streaming_llm_attention",
+    reference=streaming.streaming_llm_attention,
+    inputs=("query", "key", "value", "past_key", "past_value"),
+    outputs=(("out", "(B, H, T, Dv)"),
+             ("keys", "(B, H, P', D): the cache after appending and evicting, NOT rotated"),
+             ("values", "(B, H, P', Dv): the cache after appending and evicting")),
+    variant=streaming_llm_variant,
+    mistakes=STREAMING_LLM_MISTAKES,
+    forbidden=forbid((streaming.streaming_llm_attention,) + NO_BUILT_IN_ATTENTION,
+                     ATTENTION_BUILTINS),
+)
+
+
+def check_streaming_llm_attention(fn, seed: int = 0) -> None:
+    """Check streaming_llm_attention(query, key, value, past_key=None, past_value=None, *,
+    window, n_sinks=0, base=10000.0) -> (out, keys, values). Lesson: 09_sliding_windows"""
+    g = seeded(seed)
+    cases = [
+        Case("one decoding step after a full cache: window 4, 2 sinks, P = 5 (B, H, D = 2, 3, "
+             "4)", rotary_inputs(g, 2, 3, P=5, T=1), {"window": 4, "n_sinks": 2}),
+        Case("a chunk of T = 3 new tokens after a full cache: window 4, 1 sink, P = 4",
+             rotary_inputs(g, 2, 3, P=4, T=3), {"window": 4, "n_sinks": 1}),
+        Case("the prompt: an empty cache (None), T = 6 tokens, window 3, 1 sink",
+             rotary_inputs(g, 2, 3, P=0, T=6), {"window": 3, "n_sinks": 1}),
+        Case("float64, with gradients: window 3, 1 sink, P = 3, T = 2",
+             rotary_inputs(g, 2, 3, P=3, T=2, dtype=torch.float64),
+             {"window": 3, "n_sinks": 1}, grad=True),
+        Case("another base (100) and no sinks: window 3, P = 2, T = 1",
+             rotary_inputs(g, 2, 3, P=2, T=1), {"window": 3, "base": 100.0}),
+    ]
+    run_check(STREAMING_LLM_ATTENTION, fn, cases)
+
+
 # ---------------------------------------------------------------- a learned sink logit
 
 def sink_variant(query, key, value, sink, attn_mask=None, scale=None, *, where="denominator",

@@ -123,6 +123,54 @@ def rotary_by_complex_numbers(query, key, value, past_key=None, past_value=None,
                                         window=window, n_sinks=n_sinks)
 
 
+# ---------------------------------------------------------------- positions within the cache
+
+def in_cache_by_hand(query, key, value, past_key=None, past_value=None, *, window, n_sinks=0,
+                     base=10000.0):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S, D = query.shape[-2], keys.shape[-2], query.shape[-1]
+    angles = rotary_angles(torch.arange(S), D, base=base, dtype=query.dtype)
+    q = apply_rotary(query, angles[-T:])
+    out, _, _ = rolling_by_hand(q, apply_rotary(keys, angles), values, window=window,
+                                n_sinks=n_sinks)
+    return out, evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+
+
+def in_cache_with_rotate_pairs(query, key, value, past_key=None, past_value=None, *, window,
+                               n_sinks=0, base=10000.0):
+    """Lesson 06's rotate_pairs at explicit places; the rolling cache of this lesson for the
+    rest, given the rotated keys: its returned (rotated) keys are thrown away."""
+    P = 0 if past_key is None else past_key.shape[-2]
+    T = query.shape[-2]
+    places = torch.arange(P + T)
+    rotated_past = None if past_key is None else rotate_pairs(past_key, places[:P], base=base)
+    q = rotate_pairs(query, places[P:], base=base)
+    k = rotate_pairs(key, places[P:], base=base)
+    out, _, values = rolling_by_einsum_in_float64(q, k, value, rotated_past, past_value,
+                                                  window=window, n_sinks=n_sinks)
+    raw = key if past_key is None else torch.cat([past_key, key], -2)
+    return out, evict_by_hand(raw, window, n_sinks), values
+
+
+def in_cache_by_complex_numbers(query, key, value, past_key=None, past_value=None, *, window,
+                                n_sinks=0, base=10000.0):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S, D = query.shape[-2], keys.shape[-2], query.shape[-1]
+    freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    turn = torch.polar(torch.ones(S, D // 2, dtype=torch.float64),
+                       torch.arange(S, dtype=torch.float64)[:, None] * freq)
+
+    def rotate(x, turns):
+        z = torch.complex(x[..., :D // 2].double(), x[..., D // 2:].double()) * turns
+        return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+    mask = window_by_loops(T, S, window, n_sinks)
+    out, _ = attention.scaled_dot_product_attention(rotate(query, turn[S - T:]),
+                                                    rotate(keys, turn), values, attn_mask=mask)
+    return out, evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+
+
 # ---------------------------------------------------------------- a learned sink logit
 
 def sink_by_an_extra_column(query, key, value, sink, attn_mask=None, scale=None):
@@ -166,12 +214,15 @@ CORRECT = {
                                 rolling_by_einsum_in_float64],
     "rolling_rotary_attention": [rotary_calling_the_rolling_cache, rotary_with_rotate_pairs,
                                  rotary_by_complex_numbers],
+    "streaming_llm_attention": [in_cache_by_hand, in_cache_with_rotate_pairs,
+                                in_cache_by_complex_numbers],
     "sink_attention": [sink_by_an_extra_column, sink_by_logsumexp, sink_in_float64_by_hand],
 }
 REFERENCES = {
     "sliding_window_mask": streaming.sliding_window_mask,
     "rolling_cache_attention": streaming.rolling_cache_attention,
     "rolling_rotary_attention": streaming.rolling_rotary_attention,
+    "streaming_llm_attention": streaming.streaming_llm_attention,
     "sink_attention": streaming.sink_attention,
 }
 
@@ -342,6 +393,29 @@ def rotary_values_too(query, key, value, past_key=None, past_value=None, *, star
     return rolling_by_hand(q, k, v, past_key, past_value, window=window, n_sinks=n_sinks)
 
 
+def in_cache_keeping_rotated_keys(query, key, value, past_key=None, past_value=None, *,
+                                  window, n_sinks=0, base=10000.0):
+    """The keys rotated at their places and cached so, like lesson 07's cache."""
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    angles = rotary_angles(S, query.shape[-1], base=base, dtype=query.dtype)
+    keys = apply_rotary(keys, angles)
+    return rolling_by_hand(apply_rotary(query, angles[S - T:]), keys[..., S - T:, :], value,
+                           keys[..., :S - T, :] if past_key is not None else None, past_value,
+                           window=window, n_sinks=n_sinks)
+
+
+def in_cache_queries_from_zero(query, key, value, past_key=None, past_value=None, *, window,
+                               n_sinks=0, base=10000.0):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    angles = rotary_angles(S, query.shape[-1], base=base, dtype=query.dtype)
+    out, _, _ = rolling_by_hand(apply_rotary(query, angles[:T]), apply_rotary(keys, angles),
+                                values, window=window, n_sinks=n_sinks)
+    return out, evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+
+
 def sink_added_to_the_scores(query, key, value, sink, attn_mask=None, scale=None):
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     scores = query @ key.transpose(-2, -1) * scale + sink[:, None, None]
@@ -425,6 +499,10 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     rotary_from_zero: ("rolling_rotary_attention", [lesson09.ROTARY_MISTAKES[1].name]),
     rotary_values_too: ("rolling_rotary_attention", [lesson09.ROTARY_MISTAKES[3].name]),
     rotary_in_float32: ("rolling_rotary_attention", [lesson09.ROTARY_MISTAKES[5].name]),
+    in_cache_keeping_rotated_keys: ("streaming_llm_attention",
+                                    [lesson09.STREAMING_LLM_MISTAKES[0].name]),
+    in_cache_queries_from_zero: ("streaming_llm_attention",
+                                 [lesson09.STREAMING_LLM_MISTAKES[1].name]),
     sink_added_to_the_scores: ("sink_attention", [lesson09.SINK_MISTAKES[0].name]),
     sink_max_without_the_sink: ("sink_attention", [lesson09.SINK_MISTAKES[1].name]),
     sink_without_a_maximum: ("sink_attention", [lesson09.SINK_MISTAKES[2].name]),
