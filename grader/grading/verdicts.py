@@ -35,7 +35,8 @@ class Remote:
                                  "functions": exercise.forbidden.qualified_names},
                    "student": describe(student),
                    "cases": [{"description": c.description, "args": tuple(c.args),
-                              "kwargs": dict(c.kwargs), "grad": c.grad} for c in cases]}
+                              "kwargs": dict(c.kwargs), "grad": c.grad,
+                              "default_device": c.default_device} for c in cases]}
         replies = self.exchange(wire.dumps(request))
         if len(replies) != len(cases):
             raise Unreadable(f"{len(replies)} replies for {len(cases)} cases")

@@ -162,6 +162,13 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                "The check loads the course's weights by name: q_proj, k_proj, v_proj and "
                "out_proj, four nn.Linear layers, each with a bias exactly when bias is true, and "
                "no other parameters."),
+    # ------------------------------------------------ lesson 03: a mask made on its device
+    KnownError(frozenset({"causal_mask"}), r"Cannot copy out of meta tensor",
+               "device argument ignored",
+               "The check sets torch's default device to 'meta' (a device without data) and "
+               "passes device='cpu': the mask was made on the default device and then copied, "
+               "which a meta tensor cannot be. Make it where it is asked for: pass device=device "
+               "to the functions that create tensors."),
     # ------------------------------------------------ shapes that do not broadcast
     KnownError(frozenset({"softmax"}), BROADCAST, *KEEPDIM),
     KnownError(frozenset({"scaled_dot_product_attention"}),

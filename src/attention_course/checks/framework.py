@@ -321,7 +321,8 @@ def _shows_sign(mistake: Mistake, got: tuple, expected: tuple) -> bool:
 
 def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple) -> bool:
     try:
-        wrong = as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
+        with case.defaults():
+            wrong = as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
     except Exception:  # this variant cannot even run on this case
         return False
     return len(wrong) == len(got) and all(

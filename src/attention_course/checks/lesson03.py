@@ -134,8 +134,9 @@ def check_causal_mask(fn, seed: int = 0) -> None:
         Case("more queries than keys, T = 6, S = 4", (6, 4)),
         Case("a single position", (1,)),
         Case("device given", (3,), {"device": "cpu"}),
-        Case("device='meta' (a device without data: the mask must be built there)", (4, 6),
-             {"device": "meta"}),
+        Case("device='cpu' while torch's default device is 'meta' (a device without data): the "
+             "mask must be built on the device given", (4, 6), {"device": "cpu"},
+             default_device="meta"),
     ]
     run_check(CAUSAL_MASK, fn, cases)
 

@@ -373,6 +373,11 @@ def causal_by_tril_of_sizes(T, S=None, device=None):
     return torch.tril(T, T if S is None else S).bool()
 
 
+def causal_made_then_moved(T, S=None, device=None):
+    S = T if S is None else S
+    return torch.ones(T, S, dtype=torch.bool).tril().to(device)
+
+
 def padding_without_a_column(lengths, S):
     return (torch.arange(S) < lengths)[:, None, None, :]
 
@@ -446,6 +451,7 @@ def packed_with_a_four_axis_mask(query, key, value, lengths, is_causal=False):
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("apply_mask", apply_mask_transposed, "two tensors whose axes do not line up"),
     ("causal_mask", causal_by_tril_of_sizes, "torch function given a Python number"),
+    ("causal_mask", causal_made_then_moved, "device argument ignored"),
     ("padding_mask", padding_without_a_column,
      "lengths compared with the positions without lining up their axes"),
     ("apply_mask", apply_mask_without_none, "attn_mask=None not handled"),

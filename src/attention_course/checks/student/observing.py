@@ -7,7 +7,7 @@ its case ran), and its ``Observation`` (plain tensors and strings) is judged els
 """
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +27,11 @@ class Case:
     args: tuple
     kwargs: dict = field(default_factory=dict)
     grad: bool = False  # also check that gradients flow back to the float inputs
+    default_device: str | None = None  # where tensors made without a device argument go
+
+    def defaults(self):
+        """The call's surroundings: torch's default device set to ``default_device``, if any."""
+        return torch.device(self.default_device) if self.default_device else nullcontext()
 
 
 @dataclass
@@ -49,7 +54,7 @@ def observe(inputs: tuple[str, ...], forbidden: Forbidden, student: Callable, ca
     snapshot = clone(args, grad=False)
     observation = Observation()
     try:
-        with watch_calls(forbidden, observation.shortcuts):
+        with watch_calls(forbidden, observation.shortcuts), case.defaults():
             result = student(*args, **case.kwargs)
     except NotImplementedError as err:  # the stub has no message; torch's own errors do
         observation.error = f"NotImplementedError: {err}" if err.args else "NotImplementedError"
