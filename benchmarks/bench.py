@@ -37,6 +37,7 @@ import gradescope  # noqa: E402
 import grading  # noqa: E402
 import inference_and_scale  # noqa: E402
 import rope_lengths  # noqa: E402
+import streaming  # noqa: E402
 import watch  # noqa: E402
 
 import notebooks  # noqa: E402
@@ -67,6 +68,7 @@ def sections(quick: bool) -> dict:
         "rope_lengths": lambda: rope_lengths.measure(seeds=1 if quick else 5, device=device),
         "inference_and_scale": lambda: inference_and_scale.measure(quick, device=device),
         "flash_backward": lambda: flash_backward.measure(quick),
+        "streaming": lambda: streaming.measure(quick),
         "gradescope": lambda: gradescope.measure(runs=1 if quick else 3),
         "watch": lambda: watch.measure(students=4 if quick else 50),
     }
@@ -99,6 +101,7 @@ def report(results: dict) -> None:
     print(rope_lengths.report(results["rope_lengths"]))
     print(inference_and_scale.report(results["inference_and_scale"]))
     print(flash_backward.report(results["flash_backward"]))
+    print(streaming.report(results["streaming"]))
     print(watch.report(results["watch"]))
     print(gradescope.report(results["gradescope"]))
 

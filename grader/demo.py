@@ -286,6 +286,49 @@ MISTAKES = {
         ctx.mark_non_differentiable(lse)
         return out, lse
         """, "logsumexp without the maximum"),
+    "sliding_window_mask": ("""
+        query_at = torch.arange(S - T, S, device=device)[:, None]
+        key_at = torch.arange(S, device=device)[None, :]
+        recent = (key_at <= query_at) & (key_at >= query_at - window)
+        return recent | ((key_at < n_sinks) & (key_at <= query_at))
+        """, "window off by one: W keys besides the query itself"),
+    "rolling_cache_attention": ("""
+        if past_key is not None:
+            key = torch.cat([past_key, key], dim=-2)
+            value = torch.cat([past_value, value], dim=-2)
+        T, S = query.shape[-2], key.shape[-2]
+        allowed = sliding_window_mask(T, S, window, n_sinks, device=query.device)
+        out, _ = scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+        keep = n_sinks + window - 1
+        return out, key[..., -keep:, :], value[..., -keep:, :]
+        """, "sinks evicted"),
+    "rolling_rotary_attention": ("""
+        P = 0 if past_key is None else past_key.shape[-2]
+        positions = torch.arange(P, P + query.shape[-2])
+        angles = rotary_angles(positions, query.shape[-1], base=base, dtype=query.dtype)
+        return rolling_cache_attention(apply_rotary(query, angles), apply_rotary(key, angles),
+                                       value, past_key, past_value, window=window,
+                                       n_sinks=n_sinks)
+        """, "positions renumbered after eviction"),
+    "streaming_llm_attention": ("""
+        if past_key is not None:
+            key = torch.cat([past_key, key], dim=-2)
+            value = torch.cat([past_value, value], dim=-2)
+        T, S = query.shape[-2], key.shape[-2]
+        angles = rotary_angles(S, query.shape[-1], base=base, dtype=query.dtype)
+        key = apply_rotary(key, angles)
+        return rolling_cache_attention(apply_rotary(query, angles[S - T:]), key[..., S - T:, :],
+                                       value[..., S - T:, :], key[..., :S - T, :],
+                                       value[..., :S - T, :], window=window, n_sinks=n_sinks)
+        """, "rotated keys cached"),
+    "sink_attention": ("""
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        scores = query @ key.transpose(-2, -1) * scale + sink[:, None, None]
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return weights @ value, weights
+        """, "sink logit added to the scores instead of the denominator"),
 }
 
 # Code a student adds in a new cell right after the imports.

@@ -175,6 +175,48 @@ LESSONS = (
                   Practice("flash_attention", "flash.flash_attention", difficulty=3,
                            minutes=25)),
         may_import=("attention", "masks", "tiled.tiled_attention", "tiled.peak_memory")),
+    Lesson(
+        "09_sliding_windows", "attention over long streams: sliding windows and attention sinks",
+        teaches=("streaming",),
+        builds="a sliding-window causal mask with attention sinks (bottom-right aligned), a "
+               "rolling key/value cache of fixed size that keeps the sinks and whose decoding "
+               "equals attention under that mask token for token, rotary positions in it two "
+               "ways (keys rotated once at their positions in the stream; StreamingLLM's "
+               "places within the cache), attention with a learned sink logit per head; cache "
+               "bytes against lesson 07's cache, and a model decoded 16 times past its training "
+               "length with full attention, a window, and sinks",
+        practice=(Practice("sliding_window_mask", "streaming.sliding_window_mask",
+                           difficulty=1, minutes=10),
+                  Practice("rolling_cache_attention", "streaming.rolling_cache_attention",
+                           difficulty=2, minutes=20),
+                  Practice("rolling_rotary_attention", "streaming.rolling_rotary_attention",
+                           difficulty=2, minutes=15),
+                  Practice("streaming_llm_attention", "streaming.streaming_llm_attention",
+                           difficulty=2, minutes=15),
+                  Practice("sink_attention", "streaming.sink_attention", difficulty=2,
+                           minutes=15)),
+        may_import=("attention", "masks", "multihead", "rope", "inference", "lengths",
+                    "training.AdamW")),
+    Lesson(
+        "10_latent_attention", "multi-head latent attention: a cache made small by compression",
+        teaches=("latent",),
+        builds="attention from a latent key/value cache, naive (keys and values up-projected) "
+               "and absorbed (the key up-projection folded into the query, the value "
+               "up-projection after the weighted sum), equal in float64; DeepSeek-V2's layer "
+               "with its decoupled rotary key, decoding with a cache of d_c + d_R numbers per "
+               "token; cache bytes of MHA, GQA, MQA and MLA from a configuration and measured; "
+               "decoding time of both forms and a small MLA model trained against MHA and GQA",
+        practice=(Practice("naive_latent_attention", "latent.naive_latent_attention",
+                           difficulty=2, minutes=15),
+                  Practice("absorbed_latent_attention", "latent.absorbed_latent_attention",
+                           difficulty=2, minutes=20),
+                  Practice("latent_attention", "latent.LatentAttention", difficulty=3,
+                           minutes=30),
+                  Practice("cache_bytes_per_token", "latent.cache_bytes_per_token",
+                           difficulty=1, minutes=10)),
+        may_import=("attention", "masks", "rope", "inference", "lengths", "training.AdamW",
+                    "latent.SelfAttention", "latent.RotaryGroupedQueryAttention",
+                    "latent.cache_bytes")),
 )
 
 

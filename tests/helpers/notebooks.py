@@ -20,7 +20,7 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 LESSONS_WITH_STAGED_HINTS = ("01_embeddings", "02_scaled_dot_product", "03_masking",
                              "04_multi_head", "05_copy_task",
                              "06_rotary_positions", "07_inference_and_scale",
-                             "08_flash_backward")
+                             "08_flash_backward", "10_latent_attention", "09_sliding_windows")
 
 
 def lessons() -> list[str]:

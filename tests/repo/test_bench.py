@@ -51,6 +51,13 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert {row["implementation"] for row in training} == {
         "course attention", "tiled_attention + autograd", "flash_attention", "torch sdpa"}
     assert all(row["seconds"] > 0 and row["tensor_bytes"] > 0 for row in training)
+    stream = results["streaming"]
+    held = {(r["cache"], r["stream_length"]): r["bytes"] for r in stream["decoding"]}
+    rolling = {b for (cache, _), b in held.items() if cache == "rolling cache"}
+    assert len(rolling) == 1 and all(r["seconds_per_token"] > 0 for r in stream["decoding"])
+    assert held["lesson 07's cache", 256] == 2 * held["lesson 07's cache", 128]
+    assert stream["lengths"] and all(r["window 8"] == 1.0 for r in stream["lengths"])
+    assert stream["sink_logit"] and all(r["with_sink"] > 0.9 for r in stream["sink_logit"])
     autograder = results["gradescope"]
     full = read_lesson(autograder["lesson"]).max_score
     assert autograder["runs"] and all(run["exit"] == 0 and run["score"] == full

@@ -133,6 +133,34 @@ QUESTIONS = {
         why="Query block i sees key blocks 0 to i, so the 8 rows of tiles compute 1, 2, up to 8 "
             "tiles: 36 in all, the 8 on the diagonal partly hidden, and the 28 above it are "
             "skipped. Smaller blocks bring the share computed closer to one half."),
+    "09-cache-ratio": Question(
+        16, tolerance=0.5,
+        why="Lesson 07's cache holds all 256 tokens; the rolling cache holds the 4 sinks and "
+            "the last 12, 16 tokens, in every layer alike: 256 / 16 = 16, and the ratio keeps "
+            "growing with the stream."),
+    "09-sinks-far": Question(
+        "lower", options=("higher", "same", "lower"),
+        why="This model never learned to use its first tokens, and at their positions in the "
+            "stream they sit hundreds of positions back, an offset it never saw in training: "
+            "some queries give them weight, and answers are lost. At places within the cache "
+            "they do no harm."),
+    "10-lite-ratio": Question(
+        7.11, tolerance=0.15,
+        why="Multi-head attention caches a key and a value per head: 2 x 16 x 128 = 4096 numbers "
+            "per token and layer. MLA caches the latent and the rotary key: 512 + 64 = 576. "
+            "4096 / 576 = 7.1."),
+    "10-faster-form": Question(
+        "absorbed", options=("naive", "same", "absorbed"),
+        why="The naive step rebuilds every head's keys and values from all S latents, about "
+            "2 S d_c H D multiply-adds; the absorbed step scores and sums the latents directly, "
+            "about 2 S d_c H: D = 64 times less arithmetic, and no per-head keys to write."),
+    "10-rope-width": Question(
+        "worse", options=("better", "same", "worse"),
+        why="With d_R = 4 the positions ride on two rotary pairs: one turns a full circle "
+            "every 6.3 tokens, the other barely moves over 32 tokens. Offsets 16, 22 and 28 "
+            "(3 plus whole turns of the fast pair) then look almost like 3, and the last query "
+            "gives them much of its weight. Over 8 seeds: about half right from 17 to 32 "
+            "tokens, against nearly all with d_R = 8."),
 }
 
 

@@ -32,9 +32,12 @@ from helpers.answers import (
     lesson06,
     lesson07,
     lesson08,
+    lesson09,
+    lesson10,
 )
 
-LESSONS = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08)
+LESSONS = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08,
+           lesson09, lesson10)
 
 
 def gathered(name: str):
