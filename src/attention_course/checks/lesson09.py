@@ -107,11 +107,14 @@ def keep_of(cache, window, n_sinks, evict="sinks_and_recent", axis=-2):
     length read from the sequence axis, the slices taken along ``axis``)."""
     S, size = cache.shape[-2], cache.shape[axis]
     keep = {"sinks_and_recent": window - 1, "one_more": window, "last_only": window - 1,
-            "none": S}[evict]
+            "negative_slice": window - 1, "none": S}[evict]
     if evict == "none" or S <= n_sinks + keep:
         return cache
     if evict == "last_only":  # the sinks evicted: the last n_sinks + W - 1 tokens
         return cache.narrow(axis, size - n_sinks - keep, n_sinks + keep)
+    if evict == "negative_slice":  # cache[..., -keep:, :], which keeps it all when keep = 0
+        recent = cache[..., -keep:, :] if axis == -2 else cache.narrow(axis, size - keep, keep)
+        return torch.cat([cache.narrow(axis, 0, min(n_sinks, size)), recent], dim=axis)
     return torch.cat([cache.narrow(axis, 0, min(n_sinks, size)),
                       cache.narrow(axis, size - keep, keep)], dim=axis)
 
@@ -164,6 +167,10 @@ ROLLING_MISTAKES = (
             "Attend first, over the cache and all the new tokens, and evict afterwards. With "
             "one new token nothing it needs is evicted, but the first tokens of a chunk of "
             "several need older keys than the last one.", {"evict_first": True}),
+    Mistake("window 1: a slice from -(W - 1) = -0 keeps every token",
+            "With window 1 a query sees itself alone and the cache keeps only the sinks, but "
+            "x[..., -0:, :] is the whole of x (-0 is 0). Slice the recent tokens from "
+            "S - (W - 1) instead, which is S when W = 1.", {"evict": "negative_slice"}),
     Mistake("cache appended in the wrong order (the new keys before the cached ones)",
             "The cache holds the sinks, then the recent tokens in position order: concatenate "
             "the cache first, then the new keys and values.", {"order": "new_first"}),
@@ -211,6 +218,8 @@ def check_rolling_cache_attention(fn, seed: int = 0) -> None:
              stream_inputs(g, 2, 3, P=0, T=7), {"window": 3, "n_sinks": 2}),
         Case("no sinks: window 3, P = 2, T = 2", stream_inputs(g, 2, 3, P=2, T=2),
              {"window": 3}),
+        Case("window 1 (each token sees itself alone) and 1 sink: P = 1, T = 2",
+             stream_inputs(g, 2, 3, P=1, T=2), {"window": 1, "n_sinks": 1}),
         Case("float64, with gradients: window 3, 1 sink, P = 3, T = 2",
              stream_inputs(g, 2, 3, P=3, T=2, dtype=torch.float64),
              {"window": 3, "n_sinks": 1}, grad=True),

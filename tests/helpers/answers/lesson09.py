@@ -342,6 +342,19 @@ def rolling_evicting_heads(query, key, value, past_key=None, past_value=None, *,
     return out, keys, values
 
 
+def rolling_by_negative_slices(query, key, value, past_key=None, past_value=None, *, window,
+                               n_sinks=0):
+    """The recent tokens as the last -(window - 1): window 1 keeps the whole cache."""
+    out, _, _ = rolling_by_hand(query, key, value, past_key, past_value, window=window,
+                                n_sinks=n_sinks)
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    if keys.shape[-2] > n_sinks + window - 1:
+        keys = torch.cat([keys[..., :n_sinks, :], keys[..., -(window - 1):, :]], -2)
+        values = torch.cat([values[..., :n_sinks, :], values[..., -(window - 1):, :]], -2)
+    return out, keys, values
+
+
 def rolling_evicting_first(query, key, value, past_key=None, past_value=None, *, window,
                            n_sinks=0):
     keys = key if past_key is None else torch.cat([past_key, key], -2)
@@ -490,6 +503,8 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     rolling_evicting_the_sinks: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[0].name]),
     rolling_keeping_w: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[1].name]),
     rolling_evicting_heads: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[3].name]),
+    rolling_by_negative_slices: ("rolling_cache_attention",
+                                 [lesson09.ROLLING_MISTAKES[6].name]),
     rolling_evicting_first: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[5].name]),
     rolling_top_left: ("rolling_cache_attention", [lesson09.WINDOW_TOP_LEFT.name]),
     rotary_at_the_cache_length: ("rolling_rotary_attention",
