@@ -329,6 +329,51 @@ MISTAKES = {
         weights = torch.softmax(scores, dim=-1)
         return weights @ value, weights
         """, "sink logit added to the scores instead of the denominator"),
+    "naive_latent_attention": ("""
+        shared = latent.unsqueeze(-3)
+        keys, values = shared @ w_uk, shared @ w_uv
+        scale = latent.shape[-1] ** -0.5 if scale is None else scale
+        scores = query @ keys.transpose(-2, -1) * scale
+        T, S = scores.shape[-2:]
+        hidden = torch.ones(T, S, dtype=torch.bool).triu(S - T + 1)
+        return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
+        """, "the scale taken from the latent width instead of the head width"),
+    "absorbed_latent_attention": ("""
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        shared = latent.unsqueeze(-3)
+        scores = query @ w_uk.transpose(-2, -1) @ shared.transpose(-2, -1) * scale
+        T, S = scores.shape[-2:]
+        hidden = torch.ones(T, S, dtype=torch.bool).triu(1)
+        weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+        return weights @ shared @ w_uv
+        """, "causal mask aligned top-left"),
+    "latent_attention": ("""
+        P = 0 if cache is None else cache[0].shape[-2]
+        positions = torch.arange(P, P + x.shape[-2])
+        latent = x @ self.w_dkv
+        rope_key = rotate_pairs(x @ self.w_kr, positions, base=self.base)
+        if cache is not None:
+            latent = torch.cat([cache[0], latent], dim=-2)
+            rope_key = torch.cat([cache[1], rope_key], dim=-2)
+        heads = x.unsqueeze(-3)
+        q_latent = heads @ self.w_q @ self.w_uk.transpose(-2, -1)
+        q_rope = rotate_pairs(heads @ self.w_qr, positions, base=self.base)
+        scores = (q_latent @ latent.unsqueeze(-3).transpose(-2, -1)
+                  + q_rope @ rope_key.unsqueeze(-3).transpose(-2, -1)) / math.sqrt(self.d_head)
+        T, S = scores.shape[-2:]
+        hidden = torch.ones(T, S, dtype=torch.bool).triu(S - T + 1)
+        weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+        out = weights @ latent.unsqueeze(-3) @ self.w_uv @ self.w_o
+        return out.sum(dim=-3), (latent, rope_key)
+        """, "the softmax scale missing the rotary part of the width"),
+    "cache_bytes_per_token": ("""
+        if kind == "MLA":
+            numbers = config["d_latent"] + config["n_heads"] * config["d_rope"]
+        else:
+            heads = {"MHA": config["n_heads"], "GQA": config["n_kv_heads"], "MQA": 1}[kind]
+            numbers = 2 * heads * config["d_head"]
+        return numbers * config["bytes_per_number"]
+        """, "the rotary key not shared across heads"),
 }
 
 # Code a student adds in a new cell right after the imports.

@@ -196,7 +196,7 @@ LESSONS = (
                   Practice("sink_attention", "streaming.sink_attention", difficulty=2,
                            minutes=15)),
         may_import=("attention", "masks", "multihead", "rope", "inference", "lengths",
-                    "training.AdamW")),
+                    "embeddings", "training.AdamW")),
     Lesson(
         "10_latent_attention", "multi-head latent attention: a cache made small by compression",
         teaches=("latent",),
@@ -214,9 +214,9 @@ LESSONS = (
                            minutes=30),
                   Practice("cache_bytes_per_token", "latent.cache_bytes_per_token",
                            difficulty=1, minutes=10)),
-        may_import=("attention", "masks", "rope", "inference", "lengths", "training.AdamW",
-                    "latent.SelfAttention", "latent.RotaryGroupedQueryAttention",
-                    "latent.cache_bytes")),
+        may_import=("attention", "masks", "embeddings", "multihead", "rope", "inference",
+                    "lengths", "training.AdamW", "latent.SelfAttention",
+                    "latent.RotaryGroupedQueryAttention", "latent.cache_bytes")),
 )
 
 

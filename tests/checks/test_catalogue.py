@@ -21,6 +21,7 @@ from attention_course.checks import (
     lesson06,
     lesson07,
     lesson08,
+    lesson10,
 )
 from attention_course.checks.framework import Exercise
 from helpers.answers import MISTAKES, REFERENCES, SIGN_EXAMPLES
@@ -33,6 +34,7 @@ from helpers.answers.lesson05 import (
 )
 from helpers.answers.lesson06 import StudentRotaryMHA
 from helpers.answers.lesson07 import StubRotary, StudentGQALayer
+from helpers.answers.lesson10 import StubLatentAttention
 from helpers.checking import CHECK_NAMES, check_of, code_lines, failure, named_mistakes
 
 # exercises judged against a reference (not by a rule such as lesson 05's held-out accuracy)
@@ -55,6 +57,7 @@ STUDENT_VARIANTS = {"copy_task_loss": lesson05.loss_variant,
 CATALOGUE["rotary_multi_head_attention"] = lesson06.ROTARY_MHA_MISTAKES
 CATALOGUE["cached_rotary_attention"] = lesson07.ROTARY_MISTAKES
 CATALOGUE["grouped_query_attention_layer"] = lesson07.GQA_LAYER_MISTAKES
+CATALOGUE["latent_attention"] = lesson10.LAYER_MISTAKES
 
 
 def test_every_check_has_its_catalogue_here():
@@ -78,6 +81,8 @@ def from_variant(name: str, knobs: dict):
         return LESSON05_CLASSES[name](knobs)
     if name == "rotary_multi_head_attention":
         return rotary_mha_with(knobs)
+    if name == "latent_attention":
+        return latent_layer_with(knobs)
     if name in ("cached_rotary_attention", "grouped_query_attention_layer"):
         return lesson07_layer_with(name, knobs)
     if name == "embedding_layer":
@@ -149,6 +154,14 @@ def lesson07_layer_with(name: str, knobs: dict):
         def forward(self, query, key, value, is_causal=False):
             return lesson07.gqa_layer_variant(self, query, key, value, is_causal, **knobs)
     return BuggyGQA
+
+
+def latent_layer_with(knobs: dict):
+    """Lesson 10's layer as the wrong variant with ``knobs``."""
+    class BuggyLatent(StubLatentAttention):
+        def forward(self, x, cache=None):
+            return lesson10.layer_variant(self, x, cache, **knobs)
+    return BuggyLatent
 
 
 def rotary_mha_with(knobs: dict):

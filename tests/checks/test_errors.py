@@ -17,7 +17,8 @@ from helpers.checking import check_of, code_lines, failure
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")  # the .T slip
 EXERCISE = {"multi_head_attention": "MultiHeadAttention",  # check -> exercise name
             "embedding_layer": "TokenAndPositionEmbedding",
-            "grouped_query_attention_layer": "GroupedQueryAttention"}
+            "grouped_query_attention_layer": "GroupedQueryAttention",
+            "latent_attention": "LatentAttention"}
 PARAMS = [pytest.param(name, slip, mistake, id=f"{name}-{slip.__name__}")
           for name, slip, mistake in SLIPS]
 

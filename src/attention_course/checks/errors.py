@@ -51,6 +51,26 @@ TRANSPOSED_EVERY_AXIS = (
     "axes, (S, D), should swap.")
 
 KNOWN_ERRORS: tuple[KnownError, ...] = (
+    # ------------------------------------------------ lesson 10: latent attention
+    KnownError(frozenset({"absorbed_latent_attention"}), r"^NotAbsorbed: ",
+               "per-head keys or values built (the naive form)",
+               "The absorbed form never up-projects the latent: fold w_uk into the query "
+               "(query @ w_uk[h] transposed gives a d_c-wide query per head), score it against "
+               "the latent itself, take the weighted sum of the latents, and only then apply "
+               "w_uv."),
+    KnownError(frozenset({"absorbed_latent_attention"}),
+               MATMUL + r"|einsum\(\): subscript \w has size \d+ for operand \d+ which does not "
+               r"broadcast",
+               "the absorbed matrices multiplied in the wrong order (or w_uk not transposed)",
+               "Follow the shapes: the query (B, H, T, D) meets w_uk[h] (d_c, D) by its last "
+               "axis, so it is multiplied by w_uk transposed (D, d_c) on the right, giving "
+               "(B, H, T, d_c); the weighted latents (B, H, T, d_c) are multiplied by w_uv "
+               "(H, d_c, Dv) on the right."),
+    KnownError(frozenset({"LatentAttention"}),
+               r"^TypeError: your forward returned a \w+, expected the pair \(out, cache\)",
+               "forward returns no cache",
+               "A decoding layer returns its output and the cache for the next call: the pair "
+               "(out, (latent, rope_key)), even for the first call."),
     # ------------------------------------------------ lesson 07: caches, groups and tiles
     KnownError(frozenset({"cached_attention"}), r"Sizes of tensors must match except in dimension",
                "cache appended on the wrong axis",

@@ -631,3 +631,119 @@ class EmbeddingUnderTest(_InBothPrecisions):
 
 
 __all__ += ["EmbeddingUnderTest"]
+
+
+# ---------------------------------------------------------------- lesson 10: latent attention
+
+class NotAbsorbed(RuntimeError):
+    """Raised inside an absorbed latent attention function that builds a head's keys or
+    values."""
+
+
+class LatentOnly:
+    """The student's absorbed latent attention, ``fn(query, latent, w_uk, w_uv, ...)``, stopped
+    with ``NotAbsorbed`` the moment it creates a floating-point tensor with an axis for each of
+    the S tokens of the latent and another of a head's key or value width (``w_uk``'s or
+    ``w_uv``'s last axis): per-head keys or values, in any layout. The absorbed form attends to
+    the latent itself and never needs them. Views and in-place results are no new tensors.
+    With as many queries as tokens (T = S) a query's or an output's rows have the keys' shape:
+    nothing is watched then. The check picks sizes where S, the head widths and every other
+    axis differ."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, query, latent, w_uk, w_uv, *args, **kwargs):
+        sizes = [a.shape[-1] for a in (w_uk, w_uv) if isinstance(a, torch.Tensor) and a.ndim]
+        if not (isinstance(latent, torch.Tensor) and latent.ndim >= 2 and sizes
+                and isinstance(query, torch.Tensor) and query.ndim >= 2
+                and query.shape[-2] != latent.shape[-2]):  # T = S: a query's rows look alike
+            return self.fn(query, latent, w_uk, w_uv, *args, **kwargs)
+        with _NoPerHeadKeys(latent.shape[-2], set(sizes)):
+            return self.fn(query, latent, w_uk, w_uv, *args, **kwargs)
+
+
+class _NoPerHeadKeys(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled: no wrapper, which would import torch._dynamo
+
+    def __init__(self, tokens: int, widths: set[int]):
+        super().__init__()
+        self.tokens, self.widths = tokens, widths
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = out if isinstance(out, tuple | list) else (out,)
+        for described, result in zip(func._schema.returns, outputs, strict=False):
+            if (described.alias_info is not None or not isinstance(result, torch.Tensor)
+                    or not result.is_floating_point()):
+                continue
+            shape = tuple(result.shape)
+            if self.tokens in shape and any(
+                    width in shape[:i] + shape[i + 1:] for i, size in enumerate(shape)
+                    if size == self.tokens for width in self.widths):
+                raise NotAbsorbed(
+                    f"a tensor of shape {shape} was created, with an axis for each of the "
+                    f"S = {self.tokens} tokens and one of a head's key or value width "
+                    f"({' or '.join(map(str, sorted(self.widths)))}): a head's keys or values, "
+                    f"which the absorbed form never builds")
+        return out
+
+
+def nested_bytes(cache) -> int:
+    """Bytes of every tensor in ``cache``: a tensor, or tuples, lists and dicts of them."""
+    if isinstance(cache, torch.Tensor):
+        return cache.nbytes
+    if isinstance(cache, dict):
+        cache = list(cache.values())
+    if isinstance(cache, tuple | list):
+        return sum(nested_bytes(part) for part in cache)
+    return 0
+
+
+class DecodeUnderTest(ModuleUnderTest):
+    """The student's layer class, built with ``init`` and loaded with ``state`` (in eval mode;
+    a float64 copy for float64 inputs), run on x (B, S, C) as a decoder runs it: the first
+    ``chunks[0]`` tokens in one call ``layer(x, None)``, then each next chunk with the cache
+    the call before returned, ``layer(x_chunk, cache) -> (out, cache)``. Returns every
+    token's output, (B, S, C), and after each call the bytes of the tensors in the returned
+    cache per token and sequence, (len(chunks),) float64: the cache itself is the student's
+    own and is never looked into."""
+
+    def __call__(self, x, chunks):
+        module, outputs, sizes, cache, start = self.module(x.dtype), [], [], None, 0
+        for size in chunks:
+            result = module(x[..., start:start + size, :], cache)
+            if not (isinstance(result, tuple | list) and len(result) == 2):
+                raise TypeError(f"your forward returned a {type(result).__name__}, expected "
+                                f"the pair (out, cache)")
+            out, cache = result
+            start += size
+            outputs.append(out)
+            sizes.append(nested_bytes(cache) / (start * x[..., 0, 0].numel()))
+        return torch.cat(outputs, dim=-2), torch.tensor(sizes, dtype=torch.float64)
+
+
+class NumberUnderTest:
+    """The student's function returning a number, called as it is, its result returned as a
+    0-d float64 tensor (what the checks compare)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        result = self.fn(*args, **kwargs)
+        if isinstance(result, torch.Tensor):
+            result = result.detach().double()
+            if result.numel() != 1:
+                raise TypeError(f"your function returned a tensor of shape "
+                                f"{tuple(result.shape)}, expected one number")
+            return result.reshape(())
+        if isinstance(result, bool) or not isinstance(result, int | float):
+            raise TypeError(f"your function returned a {type(result).__name__}, expected a "
+                            f"number (an int)")
+        return torch.tensor(float(result), dtype=torch.float64)
+
+
+__all__ += ["LatentOnly", "DecodeUnderTest", "NumberUnderTest"]

@@ -1,0 +1,160 @@
+"""Lesson 10's checks beyond the tables of helpers/answers: the absorbed check stops any
+per-head keys or values (an einsum or a loop over heads included) and lets the prompt's case
+through; the layer check decodes with the student's own cache, names a right layer whose cache
+is too large and passes one whose cache is laid out otherwise; the checks hand the grader a
+harness it can name; and the grader gives full points to the instructor's answers, none to a
+naive form in the absorbed exercise, and names the demo class's mistakes."""
+
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from attention_course.checks import lesson10
+from attention_course.checks.framework import SESSION, Harnessed, Target
+from attention_course.checks.student import harness
+from helpers.answers.lesson10 import LatentNaive, future, layer_student
+from helpers.checking import check_of, failure, named_mistakes
+
+LESSON = "10_latent_attention"
+
+
+def absorbed_keys_by_einsum(query, latent, w_uk, w_uv, scale=None):
+    """Right numbers; the keys built by an einsum, laid out (B, S, H, D)."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    keys = torch.einsum("...sc,hcd->...shd", latent, w_uk)
+    scores = torch.einsum("...htd,...shd->...hts", query, keys) * scale
+    weights = scores.masked_fill(future(*scores.shape[-2:]), float("-inf")).softmax(-1)
+    return weights @ latent.unsqueeze(-3) @ w_uv
+
+
+def absorbed_values_head_by_head(query, latent, w_uk, w_uv, scale=None):
+    """The scores absorbed, but each head's values built from the latent."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    c = latent.unsqueeze(-3)
+    scores = query @ w_uk.mT @ c.mT * scale
+    weights = scores.masked_fill(future(*scores.shape[-2:]), float("-inf")).softmax(-1)
+    return torch.stack([weights[..., h, :, :] @ (latent @ w_uv[h])
+                        for h in range(w_uv.shape[0])], dim=-3)
+
+
+@pytest.mark.parametrize("student", [absorbed_keys_by_einsum, absorbed_values_head_by_head])
+def test_per_head_keys_or_values_in_any_layout_are_refused(student):
+    message = failure(check_of("absorbed_latent_attention"), student)
+    assert named_mistakes(message) == ["per-head keys or values built (the naive form)"], message
+
+
+def test_the_watch_stays_off_when_queries_and_tokens_are_as_many():
+    """With T = S a query's rows have the shape of the keys: a copy of the query is no key."""
+    query, latent, w_uk, w_uv = (torch.randn(2, 3, 5, 4), torch.randn(2, 5, 6),
+                                 torch.randn(3, 6, 4), torch.randn(3, 6, 4))
+    out = harness.LatentOnly(lambda q, *rest: q.clone() + 0)(query, latent, w_uk, w_uv)
+    assert out.shape == query.shape
+    with pytest.raises(harness.NotAbsorbed, match="S = 7 tokens"):
+        harness.LatentOnly(lambda q, c, k, v: c.unsqueeze(-3) @ k)(
+            query[..., :2, :], torch.randn(2, 7, 6), w_uk, w_uv)
+
+
+@pytest.mark.parametrize(("slips", "mistake"), [
+    ({"cache_keys": True}, lesson10.LAYER_MISTAKES[0].name),
+    ({"rope_per_head": True}, lesson10.LAYER_MISTAKES[1].name)])
+def test_a_right_layer_whose_cache_is_too_large_is_named(slips, mistake):
+    """Its outputs equal the reference's token for token: the bytes of its cache tell."""
+    message = failure(check_of("latent_attention"), layer_student("Large", **slips))
+    assert named_mistakes(message) == [mistake], message
+    assert "cache_bytes" in message
+
+
+class LatentInADict(LatentNaive):
+    """The latent and the rotary key kept in a dict: another layout of the same bytes."""
+
+    def forward(self, x, cache=None):
+        out, (c, r) = super().forward(x, None if cache is None else (cache["c"], cache["r"]))
+        return out, {"c": c, "r": r}
+
+
+def test_a_cache_laid_out_otherwise_with_the_same_bytes_passes(capsys):
+    check_of("latent_attention")(LatentInADict)
+    assert capsys.readouterr().out.startswith("ok:")
+
+
+def test_the_checks_hand_the_grader_a_harness_it_can_name():
+    seen = []
+
+    class Recording:
+        def run(self, exercise, student, cases, reference, reference_parameters):
+            seen.append(student)
+
+    token = SESSION.set(Recording())
+    try:
+        for name in ("naive_latent_attention", "absorbed_latent_attention", "latent_attention",
+                     "cache_bytes_per_token"):
+            check_of(name)(Target(name))
+    finally:
+        SESSION.reset(token)
+    assert isinstance(seen[0], Target)
+    assert isinstance(seen[1], Harnessed) and seen[1].function is harness.LatentOnly
+    assert isinstance(seen[2], Harnessed) and seen[2].function is harness.DecodeUnderTest
+    assert isinstance(seen[3], Harnessed) and seen[3].function is harness.NumberUnderTest
+
+
+def test_the_layer_check_decodes_in_chunks_after_a_cache():
+    """Every case but the first decodes after a cache; one puts a chunk of several tokens
+    after it (where a top-left mask differs), one goes 40 positions far."""
+    cases = []
+    original = lesson10.run_check
+    lesson10.run_check = lambda exercise, student, found, **kwargs: cases.extend(found)
+    try:
+        lesson10.check_latent_attention(None)
+    finally:
+        lesson10.run_check = original
+    chunks = [case.args[1] for case in cases]
+    assert chunks[0] == (7,) and all(len(c) > 1 for c in chunks[1:])
+    assert any(any(size > 1 for size in c[1:]) for c in chunks)
+    assert max(c[0] for c in chunks) >= 40 and any(case.grad for case in cases)
+
+
+@pytest.mark.slow
+def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_naive_absorbed_form():
+    from grader.course import read_lesson
+    from grader.demo import MISTAKES as DEMO_MISTAKES
+    from grader.demo import practice_names, student_notebook
+    from grader.grading.submissions import Submission
+    from grader.workspace import Workspace
+    from helpers.gradebook import grade_here
+
+    lesson = read_lesson(LESSON)
+    naive = """
+        keys, values = latent.unsqueeze(-3) @ w_uk, latent.unsqueeze(-3) @ w_uv
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        scores = query @ keys.transpose(-2, -1) * scale
+        T, S = scores.shape[-2:]
+        hidden = torch.ones(T, S, dtype=torch.bool).triu(S - T + 1)
+        return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
+        """
+    everything = dict.fromkeys(practice_names(LESSON))  # the instructor's answers
+    students = {"correct": everything, "blank": {},
+                "naive": everything | {"absorbed_latent_attention": naive},
+                **{f"demo-{name}": everything | {name: DEMO_MISTAKES[name][0]}
+                   for name in practice_names(LESSON)}}
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = Workspace(Path(scratch) / "workspace")
+        submissions = []
+        for student, answers in students.items():
+            folder = workspace.submitted / student / LESSON
+            folder.mkdir(parents=True)
+            nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
+            submissions.append(Submission(student, LESSON, folder))
+        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    assert results["correct"].score == lesson.max_score == 11
+    assert results["blank"].score == 0
+    absorbed = {e.grade_id: e for e in results["naive"].exercises}[
+        "check_absorbed_latent_attention"]
+    assert absorbed.points == 0
+    assert absorbed.mistake == "per-head keys or values built (the naive form)", absorbed.message
+    for name in practice_names(LESSON):  # the demo class's mistakes, one at a time, named
+        exercise = {e.grade_id: e for e in results[f"demo-{name}"].exercises}[f"check_{name}"]
+        assert exercise.points == 0 and DEMO_MISTAKES[name][1] in (exercise.mistake or ""), \
+            exercise.message
