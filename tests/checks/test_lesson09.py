@@ -116,3 +116,58 @@ def test_a_ring_buffer_in_slot_order_fails():
         return out, keys, values
     assert "rolling_cache_attention: `keys` has wrong values" in failure(
         check_of("rolling_cache_attention"), ring)
+
+
+@pytest.mark.slow
+def test_the_grader_gives_full_points_to_right_answers_and_refuses_torch_attention():
+    """Through the grader's sandbox: the instructor's answers get the lesson's 11 points, a
+    blank notebook none, a rolling cache calling F.scaled_dot_product_attention is refused,
+    and the demo class's mistakes, planted one at a time, are named."""
+    import tempfile
+    from pathlib import Path
+
+    import nbformat
+
+    from grader.course import read_lesson
+    from grader.demo import MISTAKES as DEMO_MISTAKES
+    from grader.demo import practice_names, student_notebook
+    from grader.grading.submissions import Submission
+    from grader.workspace import Workspace
+    from helpers.gradebook import grade_here
+
+    lesson_id = "09_sliding_windows"
+    lesson = read_lesson(lesson_id)
+    by_torch = """
+        if past_key is not None:
+            key = torch.cat([past_key, key], dim=-2)
+            value = torch.cat([past_value, value], dim=-2)
+        mask = sliding_window_mask(query.shape[-2], key.shape[-2], window, n_sinks)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+        S, keep = key.shape[-2], window - 1
+        if S > n_sinks + keep:
+            key = torch.cat([key[..., :n_sinks, :], key[..., S - keep:, :]], dim=-2)
+            value = torch.cat([value[..., :n_sinks, :], value[..., S - keep:, :]], dim=-2)
+        return out, key, value
+        """
+    everything = dict.fromkeys(practice_names(lesson_id))  # the instructor's answers
+    students = {"correct": everything, "blank": {},
+                "torch": everything | {"rolling_cache_attention": by_torch},
+                **{f"demo-{name}": everything | {name: DEMO_MISTAKES[name][0]}
+                   for name in practice_names(lesson_id)}}
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = Workspace(Path(scratch) / "workspace")
+        submissions = []
+        for student, answers in students.items():
+            folder = workspace.submitted / student / lesson_id
+            folder.mkdir(parents=True)
+            nbformat.write(student_notebook(lesson_id, answers), folder / f"{lesson_id}.ipynb")
+            submissions.append(Submission(student, lesson_id, folder))
+        results = {r.student: r for r in grade_here(submissions, {lesson_id: lesson}, workspace)}
+    assert results["correct"].score == lesson.max_score == 11
+    assert results["blank"].score == 0
+    refused = {e.grade_id: e for e in results["torch"].exercises}["check_rolling_cache_attention"]
+    assert refused.points == 0 and refused.mistake == "shortcut", refused.message
+    for name in practice_names(lesson_id):
+        exercise = {e.grade_id: e for e in results[f"demo-{name}"].exercises}[f"check_{name}"]
+        assert exercise.points == 0 and DEMO_MISTAKES[name][1] in (exercise.mistake or ""), \
+            exercise.message
