@@ -6,8 +6,9 @@ grading through a local Dask cluster (and into PostgreSQL) against grading here,
 cost curve, the time of every check, lesson 06's length experiment over seeds, and
 lesson 07's decoding with and without a cache and tiled attention's memory at T = 2048 and 4096,
 lesson 08's training step (forward and backward) of FlashAttention's Function against autograd
-and PyTorch at T = 1024, 2048 and 4096, and seconds from `nbgrader submit` to feedback
-fetchable over a burst of 50 (watch).
+and PyTorch at T = 1024, 2048 and 4096, lesson 10's cache bytes of MHA, GQA, MQA and MLA at
+DeepSeek-V2-Lite's sizes and naive against absorbed decoding, and seconds from `nbgrader submit`
+to feedback fetchable over a burst of 50 (watch).
 Writes results.json, attention_cost.png and rope_lengths.png to --out (default: this folder)
 and prints a summary. --quick runs a small version of each
 section, as a smoke test.
@@ -36,6 +37,7 @@ import flash_backward  # noqa: E402
 import gradescope  # noqa: E402
 import grading  # noqa: E402
 import inference_and_scale  # noqa: E402
+import latent_attention  # noqa: E402
 import rope_lengths  # noqa: E402
 import streaming  # noqa: E402
 import watch  # noqa: E402
@@ -69,6 +71,7 @@ def sections(quick: bool) -> dict:
         "inference_and_scale": lambda: inference_and_scale.measure(quick, device=device),
         "flash_backward": lambda: flash_backward.measure(quick),
         "streaming": lambda: streaming.measure(quick),
+        "latent_attention": lambda: latent_attention.measure(quick),
         "gradescope": lambda: gradescope.measure(runs=1 if quick else 3),
         "watch": lambda: watch.measure(students=4 if quick else 50),
     }
@@ -102,6 +105,7 @@ def report(results: dict) -> None:
     print(inference_and_scale.report(results["inference_and_scale"]))
     print(flash_backward.report(results["flash_backward"]))
     print(streaming.report(results["streaming"]))
+    print(latent_attention.report(results["latent_attention"]))
     print(watch.report(results["watch"]))
     print(gradescope.report(results["gradescope"]))
 

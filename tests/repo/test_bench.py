@@ -58,6 +58,14 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert held["lesson 07's cache", 256] == 2 * held["lesson 07's cache", 128]
     assert stream["lengths"] and all(r["window 8"] == 1.0 for r in stream["lengths"])
     assert stream["sink_logit"] and all(r["with_sink"] > 0.9 for r in stream["sink_logit"])
+    latent = results["latent_attention"]
+    assert {(r["config"], r["kind"]) for r in latent["cache"]} >= {
+        ("DeepSeek-V2-Lite", kind) for kind in ("MHA", "GQA", "MQA", "MLA")}
+    assert all(r["measured"] == r["bytes_per_token"] for r in latent["cache"])
+    assert latent["decoding"] and all(r["naive_s"] > 0 and r["absorbed_s"] > 0
+                                      and r["largest_difference"] < 1e-3
+                                      for r in latent["decoding"])
+    assert latent["echo"] and all(0 <= r["up_to_16"] <= 1 for r in latent["echo"])
     autograder = results["gradescope"]
     full = read_lesson(autograder["lesson"]).max_score
     assert autograder["runs"] and all(run["exit"] == 0 and run["score"] == full
