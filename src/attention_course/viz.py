@@ -1,6 +1,8 @@
 """Pictures for the lessons: attention heatmaps, masks, positional encodings, training curves.
 
-Every function draws on a new matplotlib figure and returns it.
+Every function draws on a new matplotlib figure and returns it. A grid of heads is labelled on
+its outer edges only and laid out by hand, not by matplotlib's constrained layout, which measures
+every tick label several times per drawing (half the cost of drawing a grid).
 """
 
 import math
@@ -18,13 +20,17 @@ def _as_array(x) -> np.ndarray:
     return (x if x.dtype == torch.bool else x.float()).numpy()
 
 
-def _label_axes(ax, query_labels, key_labels) -> None:
+def _label_axes(ax, query_labels, key_labels, keys: bool = True, queries: bool = True) -> None:
+    """Token labels on the axes; ``keys``/``queries`` False leaves that edge bare (inner panels)."""
     if key_labels is not None:
-        ax.set_xticks(range(len(key_labels)), [str(k) for k in key_labels], rotation=90)
+        ax.set_xticks(range(len(key_labels)), [str(k) for k in key_labels] if keys else [],
+                      rotation=90)
     if query_labels is not None:
-        ax.set_yticks(range(len(query_labels)), [str(q) for q in query_labels])
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query (attending)")
+        ax.set_yticks(range(len(query_labels)), [str(q) for q in query_labels] if queries else [])
+    if keys:
+        ax.set_xlabel("key (attended to)")
+    if queries:
+        ax.set_ylabel("query (attending)")
 
 
 def plot_attention(weights, query_labels=None, key_labels=None, title="attention weights",
@@ -42,14 +48,15 @@ def plot_attention(weights, query_labels=None, key_labels=None, title="attention
     cols = min(n_heads, max_cols)
     rows = math.ceil(n_heads / cols)
     side = 0.35 * max(weights.shape[1:]) + 1.5
-    fig, axes = plt.subplots(rows, cols, figsize=(side * cols + 1, side * rows),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(side * cols + 1, side * rows), squeeze=False)
+    fig.subplots_adjust(wspace=0.1, hspace=0.25)
     for h, ax in enumerate(axes.flat):
         if h >= n_heads:
             ax.axis("off")
             continue
         image = ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=1.0)
-        _label_axes(ax, query_labels, key_labels)
+        below = h + cols >= n_heads  # no panel under this one: its keys are labelled
+        _label_axes(ax, query_labels, key_labels, keys=below, queries=h % cols == 0)
         if n_heads > 1:
             ax.set_title(head_titles[h] if head_titles else f"head {h}")
     fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
@@ -63,7 +70,7 @@ def plot_mask(mask, query_labels=None, key_labels=None, title="mask") -> Figure:
     if mask.ndim != 2:
         raise ValueError(f"plot one (T, S) mask at a time, got shape {mask.shape}")
     T, S = mask.shape
-    fig, ax = plt.subplots(figsize=(0.35 * S + 2.5, 0.35 * T + 1.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(0.35 * S + 2.5, 0.35 * T + 1.5))
     if mask.dtype == bool:
         ax.imshow(mask, cmap="Greens", vmin=-0.3, vmax=1.0)
         for t, s in zip(*np.nonzero(~mask), strict=True):
