@@ -216,7 +216,7 @@ LESSONS = (
                            difficulty=1, minutes=10)),
         may_import=("attention", "masks", "embeddings", "multihead", "rope", "inference",
                     "lengths", "training.AdamW", "latent.SelfAttention",
-                    "latent.RotaryGroupedQueryAttention", "latent.cache_bytes")),
+                    "latent.RotaryGroupedQueryAttention")),
 )
 
 
