@@ -40,7 +40,16 @@ def absorbed_values_head_by_head(query, latent, w_uk, w_uv, scale=None):
                         for h in range(w_uv.shape[0])], dim=-3)
 
 
-@pytest.mark.parametrize("student", [absorbed_keys_by_einsum, absorbed_values_head_by_head])
+def absorbed_keys_side_by_side(query, latent, w_uk, w_uv, scale=None):
+    """The keys of every head side by side, (B, S, H * D), split afterwards."""
+    H, d_c, D = w_uk.shape
+    keys = latent @ w_uk.transpose(0, 1).reshape(d_c, H * D)  # (B, S, H * D)
+    keys = keys.unflatten(-1, (H, D)).transpose(-3, -2)  # (B, H, S, D), a view
+    return absorbed_keys_by_einsum(query, latent, w_uk, w_uv, scale) + 0 * keys.sum()
+
+
+@pytest.mark.parametrize("student", [absorbed_keys_by_einsum, absorbed_values_head_by_head,
+                                     absorbed_keys_side_by_side])
 def test_per_head_keys_or_values_in_any_layout_are_refused(student):
     message = failure(check_of("absorbed_latent_attention"), student)
     assert named_mistakes(message) == ["per-head keys or values built (the naive form)"], message
@@ -52,7 +61,7 @@ def test_the_watch_stays_off_when_queries_and_tokens_are_as_many():
                                  torch.randn(3, 6, 4), torch.randn(3, 6, 4))
     out = harness.LatentOnly(lambda q, *rest: q.clone() + 0)(query, latent, w_uk, w_uv)
     assert out.shape == query.shape
-    with pytest.raises(harness.NotAbsorbed, match="S = 7 tokens"):
+    with pytest.raises(harness.NotAbsorbed, match="S = 7 tokens .* widths \\(4 or 12\\)"):
         harness.LatentOnly(lambda q, c, k, v: c.unsqueeze(-3) @ k)(
             query[..., :2, :], torch.randn(2, 7, 6), w_uk, w_uv)
 

@@ -644,7 +644,8 @@ class LatentOnly:
     """The student's absorbed latent attention, ``fn(query, latent, w_uk, w_uv, ...)``, stopped
     with ``NotAbsorbed`` the moment it creates a floating-point tensor with an axis for each of
     the S tokens of the latent and another of a head's key or value width (``w_uk``'s or
-    ``w_uv``'s last axis): per-head keys or values, in any layout. The absorbed form attends to
+    ``w_uv``'s last axis), or of every head's side by side (H times it): per-head keys or
+    values, in any layout. The absorbed form attends to
     the latent itself and never needs them. Views and in-place results are no new tensors.
     With as many queries as tokens (T = S) a query's or an output's rows have the keys' shape:
     nothing is watched then. The check picks sizes where S, the head widths and every other
@@ -654,7 +655,8 @@ class LatentOnly:
         self.fn = fn
 
     def __call__(self, query, latent, w_uk, w_uv, *args, **kwargs):
-        sizes = [a.shape[-1] for a in (w_uk, w_uv) if isinstance(a, torch.Tensor) and a.ndim]
+        sizes = [a.shape[-1] * heads for a in (w_uk, w_uv) if isinstance(a, torch.Tensor)
+                 and a.ndim for heads in {1, a.shape[0]}]  # one head, or all side by side
         if not (isinstance(latent, torch.Tensor) and latent.ndim >= 2 and sizes
                 and isinstance(query, torch.Tensor) and query.ndim >= 2
                 and query.shape[-2] != latent.shape[-2]):  # T = S: a query's rows look alike
@@ -685,9 +687,9 @@ class _NoPerHeadKeys(TorchDispatchMode):
                     if size == self.tokens for width in self.widths):
                 raise NotAbsorbed(
                     f"a tensor of shape {shape} was created, with an axis for each of the "
-                    f"S = {self.tokens} tokens and one of a head's key or value width "
-                    f"({' or '.join(map(str, sorted(self.widths)))}): a head's keys or values, "
-                    f"which the absorbed form never builds")
+                    f"S = {self.tokens} tokens and one of the heads' key or value widths "
+                    f"({' or '.join(map(str, sorted(self.widths)))}): the heads' keys or "
+                    f"values, which the absorbed form never builds")
         return out
 
 
