@@ -89,6 +89,22 @@ def test_a_cache_laid_out_otherwise_with_the_same_bytes_passes(capsys):
     assert capsys.readouterr().out.startswith("ok:")
 
 
+class LatentKeepingItsCache(LatentNaive):
+    """Right outputs, its cache kept on itself, and only the newest tokens returned."""
+
+    kept = None
+
+    def forward(self, x, cache=None):
+        out, full = super().forward(x, self.kept if cache is not None else None)
+        self.kept = full
+        return out, tuple(part[..., -x.shape[-2]:, :] for part in full)
+
+
+def test_a_layer_that_keeps_its_cache_on_itself_fails():
+    """The check decodes two streams taking turns: one cache kept on the layer mixes them."""
+    assert "LatentAttention" in failure(check_of("latent_attention"), LatentKeepingItsCache)
+
+
 def test_the_checks_hand_the_grader_a_harness_it_can_name():
     seen = []
 

@@ -708,23 +708,30 @@ class DecodeUnderTest(ModuleUnderTest):
     """The student's layer class, built with ``init`` and loaded with ``state`` (in eval mode;
     a float64 copy for float64 inputs), run on x (B, S, C) as a decoder runs it: the first
     ``chunks[0]`` tokens in one call ``layer(x, None)``, then each next chunk with the cache
-    the call before returned, ``layer(x_chunk, cache) -> (out, cache)``. Returns every
-    token's output, (B, S, C), and after each call the bytes of the tensors in the returned
-    cache per token and sequence, (len(chunks),) float64: the cache itself is the student's
-    own and is never looked into."""
+    the call before returned, ``layer(x_chunk, cache) -> (out, cache)``. The first sequence of
+    the batch and the others are decoded as two streams, their calls taking turns, each with
+    its own cache: a layer that kept tokens on itself between calls would mix them up.
+    Returns every token's output, (B, S, C), and after each chunk the bytes of the tensors in
+    the returned caches per token and sequence, (len(chunks),) float64: a cache is the
+    student's own and is never looked into."""
 
     def __call__(self, x, chunks):
-        module, outputs, sizes, cache, start = self.module(x.dtype), [], [], None, 0
+        module = self.module(x.dtype)
+        streams = [x[:1], x[1:]] if x.ndim >= 3 and x.shape[0] > 1 else [x]
+        outputs, caches, sizes, start = [[] for _ in streams], [None] * len(streams), [], 0
         for size in chunks:
-            result = module(x[..., start:start + size, :], cache)
-            if not (isinstance(result, tuple | list) and len(result) == 2):
-                raise TypeError(f"your forward returned a {type(result).__name__}, expected "
-                                f"the pair (out, cache)")
-            out, cache = result
+            for i, stream in enumerate(streams):
+                result = module(stream[..., start:start + size, :], caches[i])
+                if not (isinstance(result, tuple | list) and len(result) == 2):
+                    raise TypeError(f"your forward returned a {type(result).__name__}, "
+                                    f"expected the pair (out, cache)")
+                out, caches[i] = result
+                outputs[i].append(out)
             start += size
-            outputs.append(out)
-            sizes.append(nested_bytes(cache) / (start * x[..., 0, 0].numel()))
-        return torch.cat(outputs, dim=-2), torch.tensor(sizes, dtype=torch.float64)
+            sizes.append(sum(nested_bytes(c) for c in caches) / (start * x[..., 0, 0].numel()))
+        outs = [torch.cat(parts, dim=-2) for parts in outputs]
+        return torch.cat(outs, dim=0) if len(outs) > 1 else outs[0], \
+            torch.tensor(sizes, dtype=torch.float64)
 
 
 class NumberUnderTest:
