@@ -243,10 +243,10 @@ LAYER_MISTAKES = (
             "head's key and query: scale by 1/sqrt(D + d_R), D the head width, not by the "
             "latent's width d_c.", {"scale": "latent"}),
     Mistake("rotation applied to the compressed keys (the latent rotated at its position)",
-            "Rotary positions go into the small decoupled part only: the latent stays as it "
-            "is, so that w_uk can be folded into the query (a rotation between them would "
-            "depend on the offset). Rotate the rotary query and the shared rotary key, never "
-            "the latent.", {"rotate_latent": True}),
+            "Rotary positions go into the small decoupled part only: the latent stays free of "
+            "positions (the values are recovered from it too, and w_uk is folded into the "
+            "query). Rotate the rotary query and the shared rotary key, never the latent.",
+            {"rotate_latent": True}),
     Mistake("the decoupled rotary part left out of the scores",
             "Each head's score adds the rotary query's dot product with the shared rotary key "
             "to the content part: without it the scores know nothing of positions.",
