@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -218,7 +219,8 @@ def _difference(got: Tensor, expected: Tensor, causes: bool = True) -> str:
         return (f"every value is {factor:.4g} times the expected one: a constant factor too "
                 f"many or too few (a scale?)")
     error = torch.where(got == expected, 0.0, (got - expected).abs()).nan_to_num(nan=float("inf"))
-    index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
+    # numpy's unravel_index: torch's imports sympy on first use (a second before the message)
+    index = tuple(int(i) for i in np.unravel_index(int(error.argmax()), error.shape))
     return (f"largest difference {error.max().item():.3g} at index {index} "
             f"(got {got[index].item():.4g}, expected {expected[index].item():.4g})")
 
