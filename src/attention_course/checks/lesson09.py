@@ -19,18 +19,20 @@ NEG_INF = float("-inf")
 
 def window_variant(T, S, window, n_sinks=0, device=None, *, count="self_in", align="bottom_right",
                    sinks="kept", causal=True, inverted=False, honour_device=True):
-    """The mask with one of the known slips: the window one too wide or too narrow, aligned
-    top-left, the sinks left out or visible from the past, no causal side, polarity inverted,
-    the device ignored."""
+    """The mask with one of the known slips: the window one too wide or too narrow, or none at
+    all (a plain causal mask), aligned top-left, the sinks left out, one too many, or visible
+    from the past, no causal side, polarity inverted, the device ignored."""
     device = device if honour_device else None
     query_at = torch.arange(T, device=device)[:, None] + (S - T if align == "bottom_right" else 0)
     key_at = torch.arange(S, device=device)[None, :]
-    width = {"self_in": window, "self_out": window + 1, "short": window - 1}[count]
+    width = {"self_in": window, "self_out": window + 1, "short": window - 1,
+             "none": S + T + 1}[count]
     before = key_at <= query_at
     recent = key_at > query_at - width if causal else (key_at - query_at).abs() < width
     recent = recent & before if causal else recent
-    sink = key_at < n_sinks
-    allowed = recent | {"kept": sink & before, "future": sink, "none": sink & False}[sinks]
+    sink = key_at <= n_sinks if sinks == "one_more" else key_at < n_sinks
+    allowed = recent | {"kept": sink & before, "one_more": sink & before, "future": sink,
+                        "none": sink & False}[sinks]
     return ~allowed if inverted else allowed
 
 
@@ -59,6 +61,14 @@ WINDOW_BOTH_SIDES = Mistake(
     "window on both sides (the future within W is visible)",
     "A causal window looks back only: p - W < j <= p. |p - j| < W also lets the query see the "
     "next W - 1 tokens.", {"causal": False})
+WINDOW_IGNORED = Mistake(
+    "window ignored (a plain causal mask)",
+    "A query sees only the last W positions, itself included (p - W < j <= p), and the "
+    "sinks: the causal side alone lets it see every earlier key.", {"count": "none"})
+SINKS_ONE_TOO_MANY = Mistake(
+    "sinks off by one: j <= n_sinks makes n_sinks + 1 sinks (key 0 one even with no sinks)",
+    "The sinks are the first n_sinks keys, j = 0 .. n_sinks - 1: j < n_sinks. With "
+    "n_sinks = 0 there is none.", {"sinks": "one_more"})
 DEVICE_IGNORED = Mistake(
     "device argument ignored",
     "Build the mask on the device it is given (a GPU, say), where the scores it masks live: "
@@ -71,7 +81,7 @@ SLIDING_WINDOW_MASK = Exercise(
     outputs=(("mask", "(T, S) bool"),),
     variant=window_variant,
     mistakes=(WINDOW_SELF_OUT, WINDOW_SHORT, WINDOW_TOP_LEFT, SINKS_IGNORED, SINKS_IN_THE_FUTURE,
-              WINDOW_BOTH_SIDES, INVERTED, DEVICE_IGNORED),
+              SINKS_ONE_TOO_MANY, WINDOW_IGNORED, WINDOW_BOTH_SIDES, INVERTED, DEVICE_IGNORED),
     forbidden=forbid([streaming.sliding_window_mask]),
 )
 
@@ -82,9 +92,9 @@ def check_sliding_window_mask(fn, seed: int = 0) -> None:
     g = seeded(seed)
     extra = int(torch.randint(0, 3, (1,), generator=g))  # other sizes on other seeds
     cases = [
-        Case(f"T = S = {7 + extra}, window 3, no sinks", (7 + extra, 7 + extra, 3)),
         Case(f"T = 3 new queries after {6 + extra} cached keys (S = {9 + extra}), window 4, "
              "2 sinks", (3, 9 + extra, 4, 2)),
+        Case(f"T = S = {7 + extra}, window 3, no sinks", (7 + extra, 7 + extra, 3)),
         Case(f"one decoding step: T = 1, S = {12 + extra}, window 5, 1 sink",
              (1, 12 + extra, 5, 1)),
         Case("window 1: each query sees itself (and the sinks); T = S = 6, 2 sinks",
@@ -102,14 +112,24 @@ def check_sliding_window_mask(fn, seed: int = 0) -> None:
 
 # ---------------------------------------------------------------- the rolling cache
 
-def keep_of(cache, window, n_sinks, evict="sinks_and_recent", axis=-2):
-    """What a cache keeps after appending, with one of the known slips (on the wrong axis: the
-    length read from the sequence axis, the slices taken along ``axis``)."""
+def keep_of(cache, window, n_sinks, evict="sinks_and_recent", axis=-2, slices="own_length"):
+    """What a cache keeps after appending, with one of the known slips. On the wrong axis the
+    length is read from the sequence axis and the slices are taken along ``axis``, either
+    counted from that axis's own end (``x[..., -keep:, :, :]``) or with the sequence's
+    indices (``x[:, :n_sinks]`` and ``x[:, S - keep:]`` on a (B, H, S, D) cache)."""
     S, size = cache.shape[-2], cache.shape[axis]
     keep = {"sinks_and_recent": window - 1, "one_more": window, "last_only": window - 1,
-            "negative_slice": window - 1, "none": S}[evict]
+            "negative_slice": window - 1, "test_without_sinks": window - 1, "none": S}[evict]
+    if evict == "test_without_sinks":  # `if S > W - 1`: the recent part may overlap the sinks
+        if S <= keep:
+            return cache
+        return torch.cat([cache[..., :n_sinks, :], cache[..., S - keep:, :]], dim=-2)
     if evict == "none" or S <= n_sinks + keep:
         return cache
+    if slices == "sequence" and axis != -2:
+        first, recent = [slice(None)] * cache.dim(), [slice(None)] * cache.dim()
+        first[axis], recent[axis] = slice(None, n_sinks), slice(S - keep, None)
+        return torch.cat([cache[tuple(first)], cache[tuple(recent)]], dim=axis)
     if evict == "last_only":  # the sinks evicted: the last n_sinks + W - 1 tokens
         return cache.narrow(axis, size - n_sinks - keep, n_sinks + keep)
     if evict == "negative_slice":  # cache[..., -keep:, :], which keeps it all when keep = 0
@@ -121,11 +141,12 @@ def keep_of(cache, window, n_sinks, evict="sinks_and_recent", axis=-2):
 
 def rolling_variant(query, key, value, past_key=None, past_value=None, *, window, n_sinks=0,
                     count="self_in", align="bottom_right", sinks="kept", order="old_first",
-                    evict="sinks_and_recent", evict_axis=-2, evict_first=False,
-                    scale_rule="sqrt"):
+                    evict="sinks_and_recent", evict_axis=-2, evict_slices="own_length",
+                    evict_first=False, scale_rule="sqrt"):
     """The rolling cache with one of the known slips: the mask's slips (window off by one,
     top-left, sinks left out), the cache appended in the wrong order, evicted before attending,
-    evicting the sinks, keeping one token too many, not evicting, evicting on another axis."""
+    evicting the sinks, keeping one token too many, not evicting, evicting on another axis,
+    testing for eviction without counting the sinks."""
     if past_key is not None:
         first, then = ((past_key, past_value), (key, value)) if order == "old_first" else \
             ((key, value), (past_key, past_value))
@@ -138,8 +159,8 @@ def rolling_variant(query, key, value, past_key=None, past_value=None, *, window
     out, _ = attention.scaled_dot_product_attention(query, key, value, attn_mask=allowed,
                                                     scale=SCALES[scale_rule](query.shape[-1]))
     if not evict_first:
-        key = keep_of(key, window, n_sinks, evict, evict_axis)
-        value = keep_of(value, window, n_sinks, evict, evict_axis)
+        key = keep_of(key, window, n_sinks, evict, evict_axis, evict_slices)
+        value = keep_of(value, window, n_sinks, evict, evict_axis, evict_slices)
     return out, key, value
 
 
@@ -174,8 +195,22 @@ ROLLING_MISTAKES = (
     Mistake("cache appended in the wrong order (the new keys before the cached ones)",
             "The cache holds the sinks, then the recent tokens in position order: concatenate "
             "the cache first, then the new keys and values.", {"order": "new_first"}),
-    WINDOW_SELF_OUT, WINDOW_SHORT, WINDOW_TOP_LEFT, SINKS_IGNORED,
+    Mistake("eviction on the wrong axis (the heads' axis)",
+            "Keys and values are (B, H, S, D): x[:, :n] slices the heads. Tokens lie along the "
+            "sequence axis, dim=-2: x[..., :n, :].",
+            {"evict_axis": -3, "evict_slices": "sequence"}),
+    Mistake("eviction on the wrong axis (the head width D)",
+            "Keys and values are (B, H, S, D): x[..., :n] slices the head width. Tokens lie "
+            "along the sequence axis, dim=-2: x[..., :n, :].",
+            {"evict_axis": -1, "evict_slices": "sequence"}),
+    Mistake("eviction test forgets the sinks: between W and n_sinks + W - 1 tokens the cache "
+            "keeps some twice",
+            "Evict only when the cache holds more than n_sinks + W - 1 tokens. Testing against "
+            "W - 1 alone evicts too early: the last W - 1 tokens then overlap the sinks, and "
+            "those tokens are kept twice.", {"evict": "test_without_sinks"}),
+    WINDOW_SELF_OUT, WINDOW_SHORT, WINDOW_TOP_LEFT, SINKS_IGNORED, WINDOW_IGNORED,
 ) + SCALE_MISTAKES
+EVICTION_TEST_WITHOUT_SINKS = ROLLING_MISTAKES[10]
 
 ROLLING_CACHE_ATTENTION = Exercise(
     name="rolling_cache_attention",
@@ -225,6 +260,9 @@ def check_rolling_cache_attention(fn, seed: int = 0) -> None:
              {"window": 3, "n_sinks": 1}, grad=True),
         Case("one sequence, one head: (T, D) queries with a (P, D) cache, window 4, 1 sink, "
              "P = 4, T = 2", stream_inputs(g, P=4, T=2), {"window": 4, "n_sinks": 1}),
+        Case("more than W - 1 tokens but no more than n_sinks + W - 1 (nothing to evict yet): "
+             "window 3, 2 sinks, P = 2, T = 1", stream_inputs(g, 2, 3, P=2, T=1),
+             {"window": 3, "n_sinks": 2}),
     ]
     run_check(ROLLING_CACHE_ATTENTION, fn, cases)
 
@@ -234,11 +272,12 @@ def check_rolling_cache_attention(fn, seed: int = 0) -> None:
 def rolling_rotary_variant(query, key, value, past_key=None, past_value=None, *, start, window,
                            n_sinks=0, base=10000.0, positions="stream", rotate_cache=False,
                            rotate_values=False, rotate_queries=True, angle_dtype="wide",
-                           **rolling_knobs):
+                           honour_base=True, **rolling_knobs):
     """Rotary positions in the rolling cache with one of the known slips: the new tokens at the
     cache's length (positions renumbered after eviction) or at 0 .. T-1, the cached keys
     rotated again at their places in the cache, the values rotated, the queries not rotated,
-    float32 angles for float64 inputs; and the rolling cache's own slips."""
+    float32 angles for float64 inputs, the base ignored; and the rolling cache's own slips."""
+    base = base if honour_base else 10000.0
     T, D, P = query.shape[-2], query.shape[-1], 0 if past_key is None else past_key.shape[-2]
     first = {"stream": start, "cache": P, "zero": 0}[positions]
     wide = compute_dtype(query.dtype) if angle_dtype == "wide" else torch.float32
@@ -255,6 +294,11 @@ def rolling_rotary_variant(query, key, value, past_key=None, past_value=None, *,
     return rolling_variant(query, key, value, past_key, past_value, window=window,
                            n_sinks=n_sinks, **rolling_knobs)
 
+
+BASE_IGNORED = Mistake(
+    "base argument ignored (the angles always made with base 10000)",
+    "The angles of position p are p * base ** (-2i / D): pass the base you are given on to "
+    "the function that makes them.", {"honour_base": False})
 
 ROTARY_MISTAKES = (
     Mistake("positions renumbered after eviction (the new tokens placed at the cache's length)",
@@ -280,8 +324,9 @@ ROTARY_MISTAKES = (
             "An angle near 30 radians in float32 is off by about 1e-6: float64 queries and keys "
             "rotated by it are off by as much. Make the angles in the inputs' dtype (float32 "
             "for 16-bit inputs, as lesson 06 does).", {"angle_dtype": "float32"}),
-    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], WINDOW_TOP_LEFT, WINDOW_SELF_OUT, WINDOW_SHORT,
-    SINKS_IGNORED,
+    BASE_IGNORED,
+    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], EVICTION_TEST_WITHOUT_SINKS, WINDOW_TOP_LEFT,
+    WINDOW_SELF_OUT, WINDOW_SHORT, SINKS_IGNORED, WINDOW_IGNORED,
 )
 
 ROLLING_ROTARY_ATTENTION = Exercise(
@@ -324,6 +369,9 @@ def check_rolling_rotary_attention(fn, seed: int = 0) -> None:
              {"start": 25, "window": 3, "n_sinks": 1}, grad=True),
         Case("another base (100) and no sinks: start = 12, window 3, P = 2, T = 1",
              rotary_inputs(g, 2, 3, P=2, T=1), {"start": 12, "window": 3, "base": 100.0}),
+        Case("more than W - 1 tokens but no more than n_sinks + W - 1 (nothing to evict yet): "
+             "start = P = 2, window 3, 2 sinks, T = 1", rotary_inputs(g, 2, 3, P=2, T=1),
+             {"start": 2, "window": 3, "n_sinks": 2}),
     ]
     run_check(ROLLING_ROTARY_ATTENTION, fn, cases)
 
@@ -332,26 +380,41 @@ def check_rolling_rotary_attention(fn, seed: int = 0) -> None:
 
 def streaming_llm_variant(query, key, value, past_key=None, past_value=None, *, window,
                           n_sinks=0, base=10000.0, stored="raw", query_at="end",
-                          rotate_values=False, **rolling_knobs):
+                          rotate_values="none", angle_dtype="wide", honour_base=True,
+                          evict_first=False, **rolling_knobs):
     """StreamingLLM's positions with one of the known slips: the keys cached rotated (so they
-    are rotated again at the next step), the queries rotated at 0 .. T-1, the values rotated;
-    and the rolling cache's own slips."""
+    are rotated again at the next step), or rotated once as they arrive (the previous
+    exercise with start = P), the queries rotated at 0 .. T-1, the values rotated (every value
+    at its place, or the new ones cached rotated), float32 angles for float64 inputs, the base
+    ignored, evicted before attending; and the rolling cache's own slips."""
+    base = base if honour_base else 10000.0
+    if stored == "rotated_once":
+        P = 0 if past_key is None else past_key.shape[-2]
+        return rolling_rotary_variant(query, key, value, past_key, past_value, start=P,
+                                      window=window, n_sinks=n_sinks, base=base,
+                                      angle_dtype=angle_dtype, **rolling_knobs)
     raw_key = key if past_key is None else torch.cat([past_key, key], dim=-2)
+    raw_value = value if past_value is None else torch.cat([past_value, value], dim=-2)
     T, S, D = query.shape[-2], raw_key.shape[-2], query.shape[-1]
-    angles = rotary_angles(S, D, base=base, device=query.device,
-                           dtype=compute_dtype(query.dtype))
+    wide = compute_dtype(query.dtype) if angle_dtype == "wide" else torch.float32
+    angles = rotary_angles(S, D, base=base, device=query.device, dtype=wide)
+    if rotate_values == "new":  # the new values rotated at their places, and cached so
+        raw_value = torch.cat([raw_value[..., :S - T, :], apply_rotary(value, angles[S - T:])],
+                              dim=-2)
+    knobs = {"evict": rolling_knobs.get("evict", "sinks_and_recent")}
+    if evict_first:  # the places counted in the cache after eviction
+        raw_key = keep_of(raw_key, window, n_sinks, **knobs)
+        raw_value = keep_of(raw_value, window, n_sinks, **knobs)
+        S = raw_key.shape[-2]
+        angles = angles[:S]
     first = S - T if query_at == "end" else 0
     query = apply_rotary(query, angles[first:first + T])
-    # the new keys rotated at their places, the cached ones too (again, if cached rotated)
-    rotated = apply_rotary(raw_key, angles)
-    if rotate_values:
-        value = apply_rotary(value, angles[S - T:])
-    knobs = {"evict": rolling_knobs.get("evict", "sinks_and_recent")}
-    out, _, values = rolling_variant(query, rotated[..., S - T:, :], value,
-                                     None if past_key is None else rotated[..., :S - T, :],
-                                     past_value, window=window, n_sinks=n_sinks, **rolling_knobs)
+    rotated = apply_rotary(raw_key, angles)  # every key at its place in the cache
+    values = apply_rotary(raw_value, angles) if rotate_values == "all" else raw_value
+    out, _, _ = rolling_variant(query, rotated, values, window=window, n_sinks=n_sinks,
+                                **rolling_knobs)
     keys = keep_of(rotated if stored == "rotated" else raw_key, window, n_sinks, **knobs)
-    return out, keys, values
+    return out, keys, keep_of(raw_value, window, n_sinks, **knobs)
 
 
 STREAMING_LLM_MISTAKES = (
@@ -366,9 +429,19 @@ STREAMING_LLM_MISTAKES = (
             {"query_at": "start"}),
     Mistake("values rotated too",
             "Rotary positions turn the queries and keys only; the values are never rotated.",
-            {"rotate_values": True}),
-    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], WINDOW_TOP_LEFT, WINDOW_SELF_OUT, WINDOW_SHORT,
-    SINKS_IGNORED,
+            {"rotate_values": "all"}),
+    Mistake("values rotated too",
+            "Rotary positions turn the queries and keys only; the values are never rotated.",
+            {"rotate_values": "new"}),
+    Mistake("new keys rotated once as they arrive, at the cache's length, and cached rotated "
+            "(the previous exercise with start = P)",
+            "Here a key's place is its index in the cache of this step, and it moves when older "
+            "tokens are evicted. So the cache keeps the keys NOT rotated, and every step "
+            "rotates all of them, cached and new, at their places of that step.",
+            {"stored": "rotated_once"}),
+    ROLLING_MISTAKES[5], ROTARY_MISTAKES[5], BASE_IGNORED,
+    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], EVICTION_TEST_WITHOUT_SINKS, WINDOW_TOP_LEFT,
+    WINDOW_SELF_OUT, WINDOW_SHORT, SINKS_IGNORED, WINDOW_IGNORED,
 )
 
 STREAMING_LLM_ATTENTION = Exercise(
@@ -401,6 +474,9 @@ def check_streaming_llm_attention(fn, seed: int = 0) -> None:
              {"window": 3, "n_sinks": 1}, grad=True),
         Case("another base (100) and no sinks: window 3, P = 2, T = 1",
              rotary_inputs(g, 2, 3, P=2, T=1), {"window": 3, "base": 100.0}),
+        Case("more than W - 1 tokens but no more than n_sinks + W - 1 (nothing to evict yet): "
+             "window 3, 2 sinks, P = 2, T = 1", rotary_inputs(g, 2, 3, P=2, T=1),
+             {"window": 3, "n_sinks": 2}),
     ]
     run_check(STREAMING_LLM_ATTENTION, fn, cases)
 
@@ -424,9 +500,11 @@ def sink_variant(query, key, value, sink, attn_mask=None, scale=None, *, where="
         weights = torch.softmax(scores + logit, dim=-1)
         return weights @ value, weights
     top = {"with_sink": torch.maximum(scores.amax(-1, keepdim=True), logit),
-           "without_sink": scores.amax(-1, keepdim=True), "none": torch.zeros_like(logit)}[shift]
+           "without_sink": scores.amax(-1, keepdim=True), "sink_unshifted":
+           scores.amax(-1, keepdim=True), "none": torch.zeros_like(logit)}[shift]
     numerators = torch.exp(scores - top)
-    weights = numerators / (numerators.sum(-1, keepdim=True) + torch.exp(logit - top))
+    sink_term = torch.exp(logit) if shift == "sink_unshifted" else torch.exp(logit - top)
+    weights = numerators / (numerators.sum(-1, keepdim=True) + sink_term)
     out = weights @ value
     if returned == "with_column":
         weights = torch.cat([weights, 1 - weights.sum(-1, keepdim=True)], dim=-1)
@@ -453,6 +531,11 @@ SINK_MISTAKES = (
     Mistake("sink's column returned with the weights (S + 1 columns)",
             "The sink belongs to no key and has no value: return the weights of the S keys "
             "only, which sum to less than 1.", {"returned": "with_column"}),
+    Mistake("exp(sink) not shifted by the maximum m (the keys' terms are exp(score - m))",
+            "Subtracting m from every logit of a row, the sink's included, leaves the weights "
+            "as they are: every term of the numerators and the denominator is shifted by the "
+            "same m. Shifting the keys' terms and not the sink's changes the sink's share.",
+            {"shift": "sink_unshifted"}),
     INVERTED,
 ) + SCALE_MISTAKES + (IGNORES_SCALE,)
 

@@ -493,6 +493,162 @@ def rotary_in_float32(query, key, value, past_key=None, past_value=None, *, star
                            past_key, past_value, window=window, n_sinks=n_sinks)
 
 
+def window_one_sink_too_many(T, S, window, n_sinks=0, device=None):
+    """j <= n_sinks: the first n_sinks + 1 keys are sinks, key 0 one even with no sinks."""
+    p = torch.arange(S - T, S, device=device)[:, None]
+    j = torch.arange(S, device=device)[None, :]
+    return (j <= p) & ((j > p - window) | (j <= n_sinks))
+
+
+def evict_testing_the_window_alone(cache, window, n_sinks):
+    """The eviction test forgets the sinks: from W to n_sinks + W - 1 tokens the recent part
+    overlaps them."""
+    S = cache.shape[-2]
+    if S <= window - 1:
+        return cache
+    return torch.cat([cache[..., :n_sinks, :], cache[..., S - (window - 1):, :]], dim=-2)
+
+
+def rolling_testing_the_window_alone(query, key, value, past_key=None, past_value=None, *,
+                                     window, n_sinks=0):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    mask = window_by_comparisons(query.shape[-2], keys.shape[-2], window, n_sinks)
+    out, _ = attention.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+    return (out, evict_testing_the_window_alone(keys, window, n_sinks),
+            evict_testing_the_window_alone(values, window, n_sinks))
+
+
+def rolling_slicing_the_heads(query, key, value, past_key=None, past_value=None, *, window,
+                              n_sinks=0):
+    """key[:, :n] on a (B, H, S, D) cache: the heads' axis, not the tokens'."""
+    out, _, _ = rolling_by_hand(query, key, value, past_key, past_value, window=window,
+                                n_sinks=n_sinks)
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    S = keys.shape[-2]
+    if S > n_sinks + window - 1:
+        keys = torch.cat([keys[:, :n_sinks], keys[:, S - (window - 1):]], dim=1)
+        values = torch.cat([values[:, :n_sinks], values[:, S - (window - 1):]], dim=1)
+    return out, keys, values
+
+
+def rolling_slicing_the_width(query, key, value, past_key=None, past_value=None, *, window,
+                              n_sinks=0):
+    """key[..., :n]: the last axis is the head width D."""
+    out, _, _ = rolling_by_hand(query, key, value, past_key, past_value, window=window,
+                                n_sinks=n_sinks)
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    S = keys.shape[-2]
+    if S > n_sinks + window - 1:
+        keys = torch.cat([keys[..., :n_sinks], keys[..., S - (window - 1):]], dim=-1)
+        values = torch.cat([values[..., :n_sinks], values[..., S - (window - 1):]], dim=-1)
+    return out, keys, values
+
+
+def rolling_with_a_plain_causal_mask(query, key, value, past_key=None, past_value=None, *,
+                                     window, n_sinks=0):
+    """The cache evicts, but the mask is lesson 07's: the window forgotten."""
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    out, _ = attention.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+    return out, evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+
+
+def rotary_testing_the_window_alone(query, key, value, past_key=None, past_value=None, *,
+                                    start, window, n_sinks=0, base=10000.0):
+    at = torch.arange(start, start + query.shape[-2])
+    q, k = rotate_pairs(query, at, base=base), rotate_pairs(key, at, base=base)
+    return rolling_testing_the_window_alone(q, k, value, past_key, past_value, window=window,
+                                            n_sinks=n_sinks)
+
+
+def rotary_with_the_default_base(query, key, value, past_key=None, past_value=None, *, start,
+                                 window, n_sinks=0, base=10000.0):
+    at = torch.arange(start, start + query.shape[-2])
+    angles = rotary_angles(at, query.shape[-1], dtype=query.dtype)
+    return rolling_by_hand(apply_rotary(query, angles), apply_rotary(key, angles), value,
+                           past_key, past_value, window=window, n_sinks=n_sinks)
+
+
+def in_cache_testing_the_window_alone(query, key, value, past_key=None, past_value=None, *,
+                                      window, n_sinks=0, base=10000.0):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    angles = rotary_angles(S, query.shape[-1], base=base, dtype=query.dtype)
+    out, _, _ = rolling_by_hand(apply_rotary(query, angles[S - T:]), apply_rotary(keys, angles),
+                                values, window=window, n_sinks=n_sinks)
+    return (out, evict_testing_the_window_alone(keys, window, n_sinks),
+            evict_testing_the_window_alone(values, window, n_sinks))
+
+
+def in_cache_rotating_the_values(query, key, value, past_key=None, past_value=None, *, window,
+                                 n_sinks=0, base=10000.0):
+    """Every value turned at its place, like the keys (and cached as it came, like them)."""
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    angles = rotary_angles(S, query.shape[-1], base=base, dtype=query.dtype)
+    out, _, _ = rolling_by_hand(apply_rotary(query, angles[S - T:]), apply_rotary(keys, angles),
+                                apply_rotary(values, angles), window=window, n_sinks=n_sinks)
+    return out, evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+
+
+def in_cache_evicting_first(query, key, value, past_key=None, past_value=None, *, window,
+                            n_sinks=0, base=10000.0):
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    keys, values = evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+    T, S = query.shape[-2], keys.shape[-2]
+    angles = rotary_angles(S, query.shape[-1], base=base, dtype=query.dtype)
+    mask = window_by_comparisons(T, S, window, n_sinks)
+    out, _ = attention.scaled_dot_product_attention(
+        apply_rotary(query, angles[S - T:]), apply_rotary(keys, angles), values, attn_mask=mask)
+    return out, keys, values
+
+
+def in_cache_in_float32(query, key, value, past_key=None, past_value=None, *, window,
+                        n_sinks=0, base=10000.0):
+    """rotary_angles' default dtype, float32, whatever the inputs."""
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    T, S = query.shape[-2], keys.shape[-2]
+    angles = rotary_angles(S, query.shape[-1], base=base)
+    out, _, _ = rolling_by_hand(apply_rotary(query, angles[S - T:]), apply_rotary(keys, angles),
+                                values, window=window, n_sinks=n_sinks)
+    return out, evict_by_hand(keys, window, n_sinks), evict_by_hand(values, window, n_sinks)
+
+
+def in_cache_like_the_stream_positions(query, key, value, past_key=None, past_value=None, *,
+                                       window, n_sinks=0, base=10000.0):
+    """The previous exercise again, the new tokens placed at the cache's length."""
+    P = 0 if past_key is None else past_key.shape[-2]
+    return rotary_calling_the_rolling_cache(query, key, value, past_key, past_value, start=P,
+                                            window=window, n_sinks=n_sinks, base=base)
+
+
+def in_cache_with_the_default_base(query, key, value, past_key=None, past_value=None, *,
+                                   window, n_sinks=0, base=10000.0):
+    return in_cache_by_hand(query, key, value, past_key, past_value, window=window,
+                            n_sinks=n_sinks)
+
+
+def sink_not_shifted(query, key, value, sink, attn_mask=None, scale=None):
+    """The keys' exponentials shifted by their maximum, the sink's not."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG_INF)
+    m = scores.max(dim=-1, keepdim=True).values
+    e = torch.exp(scores - m)
+    weights = e / (e.sum(-1, keepdim=True) + torch.exp(sink).view(-1, 1, 1))
+    return weights @ value, weights
+
+
 MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     window_not_counting_itself: ("sliding_window_mask", [lesson09.WINDOW_SELF_OUT.name]),
     window_top_left: ("sliding_window_mask", [lesson09.WINDOW_TOP_LEFT.name]),
@@ -523,6 +679,26 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     sink_without_a_maximum: ("sink_attention", [lesson09.SINK_MISTAKES[2].name]),
     sink_by_query: ("sink_attention", [lesson09.SINK_MISTAKES[3].name]),
     sink_keeping_its_column: ("sink_attention", [lesson09.SINK_MISTAKES[4].name]),
+    window_one_sink_too_many: ("sliding_window_mask", [lesson09.SINKS_ONE_TOO_MANY.name]),
+    rolling_testing_the_window_alone: ("rolling_cache_attention",
+                                       [lesson09.EVICTION_TEST_WITHOUT_SINKS.name]),
+    rolling_slicing_the_heads: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[3].name]),
+    rolling_slicing_the_width: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[4].name]),
+    rolling_with_a_plain_causal_mask: ("rolling_cache_attention",
+                                       [lesson09.WINDOW_IGNORED.name]),
+    rotary_testing_the_window_alone: ("rolling_rotary_attention",
+                                      [lesson09.EVICTION_TEST_WITHOUT_SINKS.name]),
+    rotary_with_the_default_base: ("rolling_rotary_attention", [lesson09.BASE_IGNORED.name]),
+    in_cache_testing_the_window_alone: ("streaming_llm_attention",
+                                        [lesson09.EVICTION_TEST_WITHOUT_SINKS.name]),
+    in_cache_rotating_the_values: ("streaming_llm_attention",
+                                   [lesson09.STREAMING_LLM_MISTAKES[2].name]),
+    in_cache_evicting_first: ("streaming_llm_attention", [lesson09.ROLLING_MISTAKES[5].name]),
+    in_cache_in_float32: ("streaming_llm_attention", [lesson09.ROTARY_MISTAKES[5].name]),
+    in_cache_like_the_stream_positions: ("streaming_llm_attention",
+                                         [lesson09.STREAMING_LLM_MISTAKES[4].name]),
+    in_cache_with_the_default_base: ("streaming_llm_attention", [lesson09.BASE_IGNORED.name]),
+    sink_not_shifted: ("sink_attention", [lesson09.SINK_MISTAKES[5].name]),
 }
 
 SLIPS = []
