@@ -1,7 +1,8 @@
 """Lesson 10's checks beyond the tables of helpers/answers: the absorbed check stops any
 per-head keys or values (an einsum or a loop over heads included) and lets the prompt's case
 through; the layer check decodes with the student's own cache, names a right layer whose cache
-is too large and passes one whose cache is laid out otherwise; the checks hand the grader a
+is too large or breaks the contract (rotary keys off their positions, or not rotated) and tells
+one whose cache is not the contract's pair; the checks hand the grader a
 harness it can name; and the grader gives full points to the instructor's answers, none to a
 naive form in the absorbed exercise, and names the demo class's mistakes."""
 
@@ -77,16 +78,29 @@ def test_a_right_layer_whose_cache_is_too_large_is_named(slips, mistake):
 
 
 class LatentInADict(LatentNaive):
-    """The latent and the rotary key kept in a dict: another layout of the same bytes."""
+    """The latent and the rotary key kept in a dict: the same bytes, not the contract's pair."""
 
     def forward(self, x, cache=None):
         out, (c, r) = super().forward(x, None if cache is None else (cache["c"], cache["r"]))
         return out, {"c": c, "r": r}
 
 
-def test_a_cache_laid_out_otherwise_with_the_same_bytes_passes(capsys):
-    check_of("latent_attention")(LatentInADict)
-    assert capsys.readouterr().out.startswith("ok:")
+def test_a_cache_other_than_the_contracts_pair_is_told_so():
+    message = failure(check_of("latent_attention"), LatentInADict)
+    assert "returned a dict as its cache, expected the pair of tensors (latent, rope_key)" \
+        in message, message
+
+
+@pytest.mark.parametrize(("slips", "mistake"), [
+    ({"shift": 1}, lesson10.LAYER_MISTAKES[10].name),
+    ({"shift": -3}, lesson10.LAYER_MISTAKES[10].name),
+    ({"rope_cached_raw": True}, lesson10.LAYER_MISTAKES[11].name)])
+def test_right_outputs_from_a_cache_that_breaks_the_contract_are_named(slips, mistake):
+    """A shift of every position cancels in the scores, and keys cached un-rotated and rotated
+    at every call give the same scores: only the cache's contents tell."""
+    message = failure(check_of("latent_attention"), layer_student("Contract", **slips))
+    assert named_mistakes(message) == [mistake], message
+    assert "`rope_key` has wrong values" in message
 
 
 class LatentKeepingItsCache(LatentNaive):

@@ -150,17 +150,19 @@ def layer_variant(module, x, cache=None, *, scale="both", rotate_latent=False, r
     its positions before it is cached; the rotary part left out; the new tokens rotated at
     0 .. T-1; the causal mask top-left; the up-projections swapped; no output projection; a
     cache of per-head rotary keys, or of the keys and values after up-projection (right
-    outputs, larger cache)."""
+    outputs, larger cache); rotary positions counted from 1 or the rotary keys cached before
+    their rotation (right outputs, a cache that breaks the contract)."""
     H, D, R, d_c = module.n_heads, module.d_head, module.d_rope, module.d_latent
     T = x.shape[-2]
     P = 0 if cache is None else cache[-1].shape[-2]
-    at = torch.arange(0 if positions == "from_zero" else P, (0 if positions == "from_zero"
-                                                              else P) + T, device=x.device)
+    first = {"cache": P, "from_zero": 0, "from_one": P + 1}[positions]
+    at = torch.arange(first, first + T, device=x.device)
     w_keys, w_values = (module.w_uv, module.w_uk) if swap else (module.w_uk, module.w_uv)
     c = x @ module.w_dkv  # (B, T, d_c)
     if rotate_latent:
         c = rotate_pairs(c, at, base=module.base)
-    k_rope = rotate_pairs(x @ module.w_kr, at, base=module.base)  # (B, T, R)
+    k_rope = x @ module.w_kr if cached == "unrotated" else \
+        rotate_pairs(x @ module.w_kr, at, base=module.base)  # (B, T, R)
     heads = x.unsqueeze(-3)
     q = heads @ module.w_q  # (B, H, T, D)
     q_rope = rotate_pairs(heads @ module.w_qr, at, base=module.base)  # (B, H, T, R)
@@ -182,6 +184,9 @@ def layer_variant(module, x, cache=None, *, scale="both", rotate_latent=False, r
             c, k_rope = (torch.cat([a, b], dim=-2) for a, b in zip(cache, (c, k_rope),
                                                                     strict=True))
         new_cache = (c, k_rope)
+        if cached == "unrotated":  # every cached key rotated at its position, at every call
+            k_rope = rotate_pairs(k_rope, torch.arange(k_rope.shape[-2], device=x.device),
+                                  base=module.base)
         shared = c.unsqueeze(-3)  # (B, 1, S, d_c)
         content = q @ w_keys.transpose(-2, -1) @ shared.transpose(-2, -1)  # (B, H, T, S)
         rope_keys = k_rope if cached == "rope_per_head" else k_rope.unsqueeze(-3)
@@ -220,6 +225,25 @@ def cached_up_projected(got, expected) -> bool:
     L = LAYER
     return ratio is not None and bool(
         (ratio >= 2 * L["H"] * L["D"] / (L["d_c"] + L["R"]) - 1e-9).all())
+
+
+def rope_shifted(got, expected) -> bool:
+    """Right outputs and latents, and rotary keys that are the expected ones each turned by
+    the same angle per pair, whatever the token: rotated at positions shifted by a constant
+    (a shift of the queries' positions too cancels in the scores)."""
+    if not (matches(got[0], expected[0]) and matches(got[2], expected[2])):
+        return False
+    g, e = got[3].double(), expected[3].double()
+    if g.shape != e.shape or matches(got[3], expected[3]):
+        return False
+    half = e.shape[-1] // 2  # rotate_pairs pairs entry i with entry i + d_R / 2
+    zg = torch.complex(g[..., :half], g[..., half:]).reshape(-1, half)
+    ze = torch.complex(e[..., :half], e[..., half:]).reshape(-1, half)
+    turn = (zg * ze.conj()).sum(0) / (ze.abs() ** 2).sum(0)  # one turn per pair, fitted
+    turned = ze * turn
+    return bool(((turn.abs() - 1).abs() < 1e-3).all()) and matches(
+        torch.cat([turned.real, turned.imag], dim=-1).reshape(g.shape).to(got[3].dtype),
+        got[3])
 
 
 LAYER_MISTAKES = (
@@ -264,6 +288,18 @@ LAYER_MISTAKES = (
     Mistake("missing output projection",
             "Each head's output goes through its own slice of the output projection, w_o[h] "
             "(D, C), and the heads' results are added up.", {"project_output": False}),
+    Mistake("rotary positions shifted (the tokens rotated at P+1 .. P+T, or another constant "
+            "away from their positions)",
+            "Your outputs are right (a shift shared by the queries and the keys cancels in the "
+            "scores), but the rotary keys in your cache are not rotated at their positions: "
+            "token s's key must be rotated at s, counted from 0 (the new tokens sit at "
+            "P .. P+T-1). A cache is read by whatever code comes next, and it expects that.",
+            {"positions": "from_one"}, sign=rope_shifted),
+    Mistake("rotary key cached before its rotation (rotated again at every call)",
+            "Your outputs are right, but your cache holds the rotary keys as x @ w_kr, not "
+            "rotated: the docstring's cache holds each rotary key rotated at its own position. "
+            "Rotate the new tokens' keys once, at P .. P+T-1, and cache them rotated; the cached "
+            "ones are then used as they are.", {"cached": "unrotated"}),
 )
 
 
@@ -286,7 +322,10 @@ def _layer_exercise(state: dict) -> Exercise:
         inputs=("x", "chunks"),
         outputs=(("out", "(B, S, C): every token's output, decoded chunk by chunk"),
                  ("cache_bytes", "(calls,): the bytes of the returned cache per token and "
-                                 "sequence, after each call")),
+                                 "sequence, after each call"),
+                 ("latent", "(B, S, d_c): the latents in the last cache returned"),
+                 ("rope_key", "(B, S, d_R): the rotary keys in the last cache returned, each "
+                              "rotated at its position")),
         variant=variant,
         mistakes=LAYER_MISTAKES,
         forbidden=forbid((latent.LatentAttention.forward,) + NO_BUILT_IN_ATTENTION,
@@ -298,7 +337,8 @@ def check_latent_attention(cls, seed: int = 0) -> None:
     """Check a LatentAttention class (its forward): built with the reference's weights, it
     decodes sequences chunk by chunk with the cache it returns, and its outputs must equal one
     uncached pass of the reference over the whole sequence, token for token; its cache must
-    hold the latent and the shared rotary key only (d_c + d_R numbers per token).
+    hold the latent and the shared rotary key only (d_c + d_R numbers per token), and after the
+    last call they must equal the reference's (the rotary keys rotated at their positions).
     Lesson: 10_latent_attention"""
     torch.manual_seed(seed)
     reference = latent.LatentAttention(**CONFIG)

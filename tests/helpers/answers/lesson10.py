@@ -362,7 +362,7 @@ def absorbed_by_the_course_attention_unscaled(query, latent, w_uk, w_uv, scale=N
 
 def layer_student(name, *, scale="both", rotate_latent=False, rope=True, from_zero=False,
                   top_left=False, swap=False, project=True, cache_keys=False,
-                  rope_per_head=False):
+                  rope_per_head=False, shift=0, rope_cached_raw=False):
     """A student's LatentAttention class, called ``name``, with one of the slips the lesson
     names (absorbed, as the lesson's hints describe it)."""
     class Student(StubLatentAttention):
@@ -370,12 +370,13 @@ def layer_student(name, *, scale="both", rotate_latent=False, rope=True, from_ze
             H, D, R = self.n_heads, self.d_head, self.d_rope
             P = 0 if cache is None else cache[-1].shape[-2]
             T = x.shape[-2]
-            pos = torch.arange(T) if from_zero else torch.arange(P, P + T)
+            pos = torch.arange(T) if from_zero else torch.arange(P + shift, P + shift + T)
             w_k, w_v = (self.w_uv, self.w_uk) if swap else (self.w_uk, self.w_uv)
             c = x @ self.w_dkv
             if rotate_latent:
                 c = rotate_pairs(c, pos, base=self.base)
-            r = rotate_pairs(x @ self.w_kr, pos, base=self.base)
+            r = x @ self.w_kr if rope_cached_raw else rotate_pairs(x @ self.w_kr, pos,
+                                                                   base=self.base)
             q = x[:, None] @ self.w_q
             q_r = rotate_pairs(x[:, None] @ self.w_qr, pos, base=self.base)
             if cache_keys:  # the naive cache: every head's keys and values
@@ -390,11 +391,13 @@ def layer_student(name, *, scale="both", rotate_latent=False, rope=True, from_ze
                     r = r[:, None].expand(-1, H, -1, -1).contiguous()
                 if cache is not None:
                     c, r = torch.cat([cache[0], c], -2), torch.cat([cache[1], r], -2)
+                new_cache = (c, r)
+                if rope_cached_raw:  # every key rotated at its position, at every call
+                    r = rotate_pairs(r, base=self.base)
                 scores = q @ w_k.mT @ c[:, None].mT
                 if rope:
                     scores = scores + q_r @ (r if rope_per_head else r[:, None]).mT
                 v = c[:, None] @ w_v
-                new_cache = (c, r)
             width = {"both": D + R, "head": D, "latent": self.d_latent}[scale]
             S = scores.shape[-1]
             hidden = torch.ones(T, S, dtype=torch.bool).triu(1 if top_left else S - T + 1)
@@ -466,6 +469,9 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
            ({"top_left": True}, L10.LAYER_MISTAKES[7]),
            ({"swap": True}, L10.LAYER_MISTAKES[8]),
            ({"project": False}, L10.LAYER_MISTAKES[9]),
+           ({"shift": 1}, L10.LAYER_MISTAKES[10]),  # positions counted from 1
+           ({"shift": 7}, L10.LAYER_MISTAKES[10]),  # any constant: only the sign sees it
+           ({"rope_cached_raw": True}, L10.LAYER_MISTAKES[11]),
        ])},
     **{bytes_student(f"bytes_{i}", **slips): ("cache_bytes_per_token", [mistake.name])
        for i, (slips, mistake) in enumerate([

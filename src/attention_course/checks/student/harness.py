@@ -711,9 +711,10 @@ class DecodeUnderTest(ModuleUnderTest):
     the call before returned, ``layer(x_chunk, cache) -> (out, cache)``. The first sequence of
     the batch and the others are decoded as two streams, their calls taking turns, each with
     its own cache: a layer that kept tokens on itself between calls would mix them up.
-    Returns every token's output, (B, S, C), and after each chunk the bytes of the tensors in
-    the returned caches per token and sequence, (len(chunks),) float64: a cache is the
-    student's own and is never looked into."""
+    Returns every token's output, (B, S, C); after each chunk the bytes of the tensors in the
+    returned caches per token and sequence, (len(chunks),) float64; and the two parts of the
+    last cache returned, the contract's pair (latent, rope_key), each stream's side by side
+    on the batch axis: what the cache holds is compared, not only its size."""
 
     def __call__(self, x, chunks):
         module = self.module(x.dtype)
@@ -726,12 +727,28 @@ class DecodeUnderTest(ModuleUnderTest):
                     raise TypeError(f"your forward returned a {type(result).__name__}, "
                                     f"expected the pair (out, cache)")
                 out, caches[i] = result
+                if not (isinstance(caches[i], tuple | list) and len(caches[i]) == 2
+                        and all(isinstance(part, torch.Tensor) for part in caches[i])):
+                    raise TypeError(f"your forward returned {_described(caches[i])} as its "
+                                    f"cache, expected the pair of tensors (latent, rope_key) "
+                                    f"that the docstring describes")
                 outputs[i].append(out)
             start += size
             sizes.append(sum(nested_bytes(c) for c in caches) / (start * x[..., 0, 0].numel()))
         outs = [torch.cat(parts, dim=-2) for parts in outputs]
-        return torch.cat(outs, dim=0) if len(outs) > 1 else outs[0], \
-            torch.tensor(sizes, dtype=torch.float64)
+        contents = [torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
+                    for parts in zip(*caches, strict=True)]
+        return (torch.cat(outs, dim=0) if len(outs) > 1 else outs[0],
+                torch.tensor(sizes, dtype=torch.float64), *contents)
+
+
+def _described(cache) -> str:
+    """A cache in words: "a dict", "a tuple of 3 items", "a tuple of 2 items, not both
+    tensors"."""
+    kind = type(cache).__name__
+    if not isinstance(cache, tuple | list):
+        return f"a {kind}"
+    return f"a {kind} of {len(cache)} items" + (", not both tensors" if len(cache) == 2 else "")
 
 
 class NumberUnderTest:
