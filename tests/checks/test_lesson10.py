@@ -1,10 +1,11 @@
 """Lesson 10's checks beyond the tables of helpers/answers: the absorbed check stops any
-per-head keys or values (an einsum or a loop over heads included) and lets the prompt's case
-through; the layer check decodes with the student's own cache, names a right layer whose cache
-is too large or breaks the contract (rotary keys off their positions, or not rotated) and tells
-one whose cache is not the contract's pair; the checks hand the grader a
-harness it can name; and the grader gives full points to the instructor's answers, none to a
-naive form in the absorbed exercise, and names the demo class's mistakes."""
+per-head keys or values (an einsum, a loop over heads, a token at a time or into a buffer
+included), in the prompt's case too, and lets a query's copy through; the layer check decodes
+with the student's own cache, names a right layer whose cache is too large or breaks the
+contract (rotary keys off their positions, or not rotated) and tells one whose cache is not
+the contract's pair; the checks hand the grader a harness it can name; and the grader gives
+full points to the instructor's answers, none to a naive form in the absorbed exercise, and
+names the demo class's mistakes."""
 
 import tempfile
 from pathlib import Path
@@ -16,7 +17,14 @@ import torch
 from attention_course.checks import lesson10
 from attention_course.checks.framework import SESSION, Harnessed, Target
 from attention_course.checks.student import harness
-from helpers.answers.lesson10 import LatentNaive, future, layer_student
+from helpers.answers.lesson10 import (
+    LatentNaive,
+    absorbed_in_two_chunks,
+    absorbed_token_by_token,
+    future,
+    layer_student,
+    naive_by_matrices,
+)
 from helpers.checking import check_of, failure, named_mistakes
 
 LESSON = "10_latent_attention"
@@ -56,15 +64,41 @@ def test_per_head_keys_or_values_in_any_layout_are_refused(student):
     assert named_mistakes(message) == ["per-head keys or values built (the naive form)"], message
 
 
-def test_the_watch_stays_off_when_queries_and_tokens_are_as_many():
-    """With T = S a query's rows have the shape of the keys: a copy of the query is no key."""
+def test_with_as_many_queries_as_tokens_a_query_passes_and_keys_are_refused():
+    """With T = S a query's rows have the shape of the keys: the shape watch is off, and a
+    copy of the query passes; keys made from the latent and w_uk are refused all the same,
+    all at once, a token at a time or in chunks."""
     query, latent, w_uk, w_uv = (torch.randn(2, 3, 5, 4), torch.randn(2, 5, 6),
                                  torch.randn(3, 6, 4), torch.randn(3, 6, 4))
     out = harness.LatentOnly(lambda q, *rest: q.clone() + 0)(query, latent, w_uk, w_uv)
     assert out.shape == query.shape
+    for student in (naive_by_matrices, absorbed_token_by_token, absorbed_in_two_chunks):
+        with pytest.raises(harness.NotAbsorbed, match="made from the latent .* before any "
+                                                      "query met them"):
+            harness.LatentOnly(student)(query, latent, w_uk, w_uv)
     with pytest.raises(harness.NotAbsorbed, match="S = 7 tokens .* widths \\(4 or 12\\)"):
         harness.LatentOnly(lambda q, c, k, v: c.unsqueeze(-3) @ k)(
             query[..., :2, :], torch.randn(2, 7, 6), w_uk, w_uv)
+
+
+def keys_into_a_buffer(query, latent, w_uk, w_uv, scale=None):
+    """Each token's keys written into a buffer made for one token, the scores gathered."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    T, S = query.shape[-2], latent.shape[-2]
+    key = torch.empty(*query.shape[:-2], 1, w_uk.shape[-1])
+    scores = []
+    for s in range(S):
+        torch.matmul(latent[..., None, s:s + 1, :], w_uk, out=key)
+        scores.append(query @ key.transpose(-2, -1))
+    weights = (torch.cat(scores, -1) * scale).masked_fill(future(T, S), float("-inf"))
+    return weights.softmax(-1) @ latent.unsqueeze(-3) @ w_uv
+
+
+def test_keys_written_into_a_buffer_are_refused():
+    """What a tensor is made from follows it through in-place writes (out=)."""
+    message = failure(check_of("absorbed_latent_attention"), keys_into_a_buffer)
+    assert named_mistakes(message) == ["per-head keys or values built (the naive form)"], message
+    assert "before any query met them" in message
 
 
 @pytest.mark.parametrize(("slips", "mistake"), [

@@ -501,6 +501,32 @@ def absorbed_without_the_transpose(query, latent, w_uk, w_uv, scale=None):
     return weights @ c @ w_uv
 
 
+def absorbed_token_by_token(query, latent, w_uk, w_uv, scale=None):
+    """The naive form one token at a time: no tensor holds the keys of all S tokens, but
+    every token's keys and values are built."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    T, S = query.shape[-2], latent.shape[-2]
+    scores, values = [], []
+    for s in range(S):
+        c = latent[..., s:s + 1, :].unsqueeze(-3)  # (B, 1, 1, d_c)
+        scores.append(query @ (c @ w_uk).transpose(-2, -1))
+        values.append(c @ w_uv)
+    weights = (torch.cat(scores, -1) * scale).masked_fill(future(T, S), NEG_INF).softmax(-1)
+    return sum(weights[..., s:s + 1] * values[s] for s in range(S))
+
+
+def absorbed_in_two_chunks(query, latent, w_uk, w_uv, scale=None):
+    """The naive form over two chunks of the tokens, by einsum in float64."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    S = latent.shape[-2]
+    parts = (latent[..., :S // 2, :].double(), latent[..., S // 2:, :].double())
+    keys = torch.cat([torch.einsum("...sc,hcd->...hsd", p, w_uk.double()) for p in parts], -2)
+    values = torch.cat([torch.einsum("...sc,hcv->...hsv", p, w_uv.double()) for p in parts], -2)
+    scores = query.double() @ keys.transpose(-2, -1) * scale
+    weights = scores.masked_fill(future(*scores.shape[-2:]), NEG_INF).softmax(-1)
+    return (weights @ values).to(query.dtype)
+
+
 class LatentWithoutCache(LatentNaive):
     def forward(self, x, cache=None):
         return super().forward(x, cache)[0]
@@ -508,6 +534,10 @@ class LatentWithoutCache(LatentNaive):
 
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("absorbed_latent_attention", absorbed_by_up_projecting,
+     "per-head keys or values built (the naive form)"),
+    ("absorbed_latent_attention", absorbed_token_by_token,
+     "per-head keys or values built (the naive form)"),
+    ("absorbed_latent_attention", absorbed_in_two_chunks,
      "per-head keys or values built (the naive form)"),
     ("absorbed_latent_attention", absorbed_without_the_transpose,
      "the absorbed matrices multiplied in the wrong order (or w_uk not transposed)"),

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 __all__ = ["ModuleUnderTest"]
 
@@ -642,14 +643,20 @@ class NotAbsorbed(RuntimeError):
 
 class LatentOnly:
     """The student's absorbed latent attention, ``fn(query, latent, w_uk, w_uv, ...)``, stopped
-    with ``NotAbsorbed`` the moment it creates a floating-point tensor with an axis for each of
-    the S tokens of the latent and another of a head's key or value width (``w_uk``'s or
-    ``w_uv``'s last axis), or of every head's side by side (H times it): per-head keys or
-    values, in any layout. The absorbed form attends to
-    the latent itself and never needs them. Views and in-place results are no new tensors.
-    With as many queries as tokens (T = S) a query's or an output's rows have the keys' shape:
-    nothing is watched then. The check picks sizes where S, the head widths and every other
-    axis differ."""
+    with ``NotAbsorbed`` the moment it builds keys or values of the heads, in two ways:
+
+    - by their making: a floating-point tensor made from the latent (or any part of it: one
+      token, a chunk) and an up-projection, ``w_uk`` or ``w_uv``, before any query met them,
+      with an axis of a head's key or value width (``w_uk``'s or ``w_uv``'s last axis) or of
+      every head's side by side (H times it). The absorbed form meets the latent with the
+      up-projections only through the query (w_uk folded into it, w_uv after the weighted sum
+      of the latents, whose weights come from the query). What each tensor is made from is
+      followed through every operation, views, copies and in-place writes included;
+    - by their shape: a new floating-point tensor with an axis for each of the S tokens and
+      another of those widths, in any layout. With as many queries as tokens (T = S) a
+      query's or an output's rows have the keys' shape: this one is off then, and the check
+      picks sizes where S, the head widths and every other axis differ.
+    """
 
     def __init__(self, fn):
         self.fn = fn
@@ -658,10 +665,11 @@ class LatentOnly:
         sizes = [a.shape[-1] * heads for a in (w_uk, w_uv) if isinstance(a, torch.Tensor)
                  and a.ndim for heads in {1, a.shape[0]}]  # one head, or all side by side
         if not (isinstance(latent, torch.Tensor) and latent.ndim >= 2 and sizes
-                and isinstance(query, torch.Tensor) and query.ndim >= 2
-                and query.shape[-2] != latent.shape[-2]):  # T = S: a query's rows look alike
+                and isinstance(query, torch.Tensor) and query.ndim >= 2):
             return self.fn(query, latent, w_uk, w_uv, *args, **kwargs)
-        with _NoPerHeadKeys(latent.shape[-2], set(sizes)):
+        tokens = latent.shape[-2] if query.shape[-2] != latent.shape[-2] else None
+        sources = {"query": (query,), "latent": (latent,), "up-projection": (w_uk, w_uv)}
+        with _NoPerHeadKeys(tokens, set(sizes), sources):
             return self.fn(query, latent, w_uk, w_uv, *args, **kwargs)
 
 
@@ -670,19 +678,48 @@ class _NoPerHeadKeys(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         return False  # nothing here is compiled: no wrapper, which would import torch._dynamo
 
-    def __init__(self, tokens: int, widths: set[int]):
+    def __init__(self, tokens: int | None, widths: set[int], sources: dict[str, tuple]):
         super().__init__()
         self.tokens, self.widths = tokens, widths
+        self.made_from: dict[int, frozenset] = {}  # storage address -> what went into it
+        self.kept: list[torch.Tensor] = []  # alive until the call ends: no address reused
+        for name, tensors in sources.items():
+            for tensor in tensors:
+                if isinstance(tensor, torch.Tensor):
+                    self._add(tensor, frozenset({name}))
+
+    @staticmethod
+    def _address(tensor: torch.Tensor) -> int:
+        try:
+            return tensor.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (meta, sparse, ...)
+            return 0
+
+    def _origins(self, tensor: torch.Tensor) -> frozenset:
+        address = self._address(tensor)
+        return self.made_from.get(address, frozenset()) if address else frozenset()
+
+    def _add(self, tensor: torch.Tensor, origins: frozenset) -> frozenset:
+        address = self._address(tensor)
+        if address and origins:
+            self.made_from[address] = self.made_from.get(address, frozenset()) | origins
+            self.kept.append(tensor)
+        return self._origins(tensor) | origins
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        origins = frozenset().union(*(self._origins(a) for a in
+                                      tree_leaves((args, kwargs or {}))
+                                      if isinstance(a, torch.Tensor)))
         out = func(*args, **(kwargs or {}))
         outputs = out if isinstance(out, tuple | list) else (out,)
         for described, result in zip(func._schema.returns, outputs, strict=False):
-            if (described.alias_info is not None or not isinstance(result, torch.Tensor)
-                    or not result.is_floating_point()):
+            if not isinstance(result, torch.Tensor):
+                continue
+            made_from = self._add(result, origins)
+            if not result.is_floating_point():
                 continue
             shape = tuple(result.shape)
-            if self.tokens in shape and any(
+            if described.alias_info is None and self.tokens in shape and any(
                     width in shape[:i] + shape[i + 1:] for i, size in enumerate(shape)
                     if size == self.tokens for width in self.widths):
                 raise NotAbsorbed(
@@ -690,6 +727,14 @@ class _NoPerHeadKeys(TorchDispatchMode):
                     f"S = {self.tokens} tokens and one of the heads' key or value widths "
                     f"({' or '.join(map(str, sorted(self.widths)))}): the heads' keys or "
                     f"values, which the absorbed form never builds")
+            if ({"latent", "up-projection"} <= made_from and "query" not in made_from
+                    and any(size in self.widths for size in shape)):
+                raise NotAbsorbed(
+                    f"a tensor of shape {shape} was made from the latent (all of it or some "
+                    f"of its tokens) and an up-projection before any query met them, with an "
+                    f"axis of the heads' key or value widths "
+                    f"({' or '.join(map(str, sorted(self.widths)))}): keys or values of the "
+                    f"heads, which the absorbed form never builds, not even a token at a time")
         return out
 
 
