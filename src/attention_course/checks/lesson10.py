@@ -21,8 +21,8 @@ NEG_INF = float("-inf")
 def latent_variant(query, latent_cache, w_uk, w_uv, scale=None, *, scale_rule="head",
                    mask="bottom_right", swap=False, up_project_values=True, honour_scale=True):
     """Attention from a latent cache with one of the known slips: the scale from the latent's
-    width or missing, the causal mask top-left or missing, the up-projections swapped, the
-    values left in the latent space, the scale argument ignored."""
+    width or missing, the causal mask top-left, missing or hiding the diagonal, the
+    up-projections swapped, the values left in the latent space, the scale argument ignored."""
     D, d_c = query.shape[-1], latent_cache.shape[-1]
     rules = {"head": D ** -0.5, "latent": d_c ** -0.5, "none": 1.0}
     factor = scale if scale is not None and honour_scale else rules[scale_rule]
@@ -30,7 +30,7 @@ def latent_variant(query, latent_cache, w_uk, w_uv, scale=None, *, scale_rule="h
     shared = latent_cache.unsqueeze(-3)  # (B, 1, S, d_c)
     scores = query @ w_keys.transpose(-2, -1) @ shared.transpose(-2, -1) * factor  # (B,H,T,S)
     T, S = scores.shape[-2:]
-    diagonal = {"bottom_right": S - T, "top_left": 0, "none": S}[mask]
+    diagonal = {"bottom_right": S - T, "top_left": 0, "none": S, "diagonal_hidden": S - T - 1}[mask]
     hidden = ~torch.ones(T, S, dtype=torch.bool, device=query.device).tril(diagonal=diagonal)
     weights = torch.softmax(scores.masked_fill(hidden, NEG_INF), dim=-1)
     out = weights @ shared  # (B, H, T, d_c)
@@ -61,6 +61,11 @@ NO_MASK = Mistake(
     "With one new token every latent is in its past, but a chunk of several (the prompt, for "
     "one) still needs the causal mask among them: query t sees positions up to S - T + t.",
     {"mask": "none"})
+DIAGONAL_HIDDEN = Mistake(
+    "causal mask hides the diagonal (a new token cannot see itself)",
+    "Query t sits at position S - T + t and sees the latents 0 .. S - T + t, its own "
+    "included: the hidden keys are the ones after it, strictly (triu's diagonal one more).",
+    {"mask": "diagonal_hidden"})
 VALUES_NOT_UP_PROJECTED = Mistake(
     "value up-projection left out (the output still in the latent space)",
     "The weighted sum of the latents is d_c wide: each head turns it into its values' width "
@@ -77,7 +82,7 @@ NAIVE_LATENT_ATTENTION = Exercise(
     outputs=(("out", "(B, H, T, Dv)"),),
     variant=latent_variant,
     mistakes=(SCALE_FROM_LATENT, SCALE_MISSING, UP_PROJECTIONS_SWAPPED, MASK_TOP_LEFT, NO_MASK,
-              IGNORES_SCALE),
+              DIAGONAL_HIDDEN, IGNORES_SCALE),
     forbidden=forbid(LATENT_SHORTCUTS, ATTENTION_BUILTINS),
 )
 
@@ -88,7 +93,7 @@ ABSORBED_LATENT_ATTENTION = Exercise(
     outputs=(("out", "(B, H, T, Dv)"),),
     variant=latent_variant,
     mistakes=(SCALE_FROM_LATENT, SCALE_MISSING, UP_PROJECTIONS_SWAPPED, MASK_TOP_LEFT, NO_MASK,
-              VALUES_NOT_UP_PROJECTED, IGNORES_SCALE),
+              DIAGONAL_HIDDEN, VALUES_NOT_UP_PROJECTED, IGNORES_SCALE),
     forbidden=forbid(LATENT_SHORTCUTS, ATTENTION_BUILTINS),
 )
 

@@ -323,6 +323,7 @@ def naive_student(name, *, scale_from="head", swap=False, mask="bottom_right",
         T, S = scores.shape[-2:]
         hidden = {"bottom_right": future(T, S),
                   "top_left": torch.ones(T, S, dtype=torch.bool).triu(1),
+                  "diagonal": torch.ones(T, S, dtype=torch.bool).triu(S - T),
                   "none": torch.zeros(T, S, dtype=torch.bool)}[mask]
         return torch.softmax(scores.masked_fill(hidden, NEG_INF), -1) @ values
     naive_latent_attention.__name__ = name
@@ -341,9 +342,8 @@ def absorbed_student(name, *, scale_from="head", swap=False, mask="bottom_right"
         scores = scores * (scale if scale is not None and use_scale else width ** -0.5)
         T, S = scores.shape[-2:]
         if mask != "none":
-            scores = scores.masked_fill(
-                torch.ones(T, S, dtype=torch.bool).triu(1 if mask == "top_left" else S - T + 1),
-                NEG_INF)
+            first = {"top_left": 1, "diagonal": S - T}.get(mask, S - T + 1)
+            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(first), NEG_INF)
         mixed = torch.einsum("...hts,...sc->...htc", scores.softmax(-1), latent)
         return torch.einsum("...htc,hcv->...htv", mixed, w_uv) if up_project_values else mixed
     absorbed_latent_attention.__name__ = name
@@ -439,6 +439,8 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
         ("naive_latent_attention", [L10.MASK_TOP_LEFT.name]),
     naive_student("naive_unmasked", mask="none"):
         ("naive_latent_attention", [L10.NO_MASK.name]),
+    naive_student("naive_diagonal_hidden", mask="diagonal"):
+        ("naive_latent_attention", [L10.DIAGONAL_HIDDEN.name]),
     naive_student("naive_ignoring_scale", use_scale=False):
         ("naive_latent_attention", [L10.IGNORES_SCALE.name]),
     absorbed_student("absorbed_latent_scale", scale_from="latent"):
@@ -453,6 +455,8 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
         ("absorbed_latent_attention", [L10.MASK_TOP_LEFT.name]),
     absorbed_student("absorbed_unmasked", mask="none"):
         ("absorbed_latent_attention", [L10.NO_MASK.name]),
+    absorbed_student("absorbed_diagonal_hidden", mask="diagonal"):
+        ("absorbed_latent_attention", [L10.DIAGONAL_HIDDEN.name]),
     absorbed_student("absorbed_in_latent_space", up_project_values=False):
         ("absorbed_latent_attention", [L10.VALUES_NOT_UP_PROJECTED.name]),
     absorbed_student("absorbed_ignoring_scale", use_scale=False):
