@@ -135,8 +135,8 @@ QUESTIONS = {
             "skipped. Smaller blocks bring the share computed closer to one half."),
     "09-cache-ratio": Question(
         16, tolerance=0.5,
-        why="Lesson 07's cache holds all 256 tokens; the rolling cache holds the 4 sinks and "
-            "the last 12, 16 tokens, in every layer alike: 256 / 16 = 16, and the ratio keeps "
+        why="Lesson 07's cache holds all 64 tokens; the rolling cache holds the 2 sinks and "
+            "the last 2, 4 tokens, in every layer alike: 64 / 4 = 16, and the ratio keeps "
             "growing with the stream."),
     "09-sinks-far": Question(
         "lower", options=("higher", "same", "lower"),
