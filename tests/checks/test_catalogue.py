@@ -7,6 +7,7 @@ helpers/answers/.
 """
 
 import functools
+import types
 
 import pytest
 import torch
@@ -91,12 +92,22 @@ def from_variant(name: str, knobs: dict):
                 return lesson01.embedding_variant(self, token_ids, offset, **knobs)
         return WrongEmbedding
     if name != "multi_head_attention":
-        return functools.partial(EXERCISES[name].variant, **knobs)
+        return functools.partial(as_student(EXERCISES[name].variant), **knobs)
 
     class Buggy(MHAByEinsum):
         def forward(self, query, key, value, attn_mask=None, is_causal=False):
             return lesson04.mha_variant(self, query, key, value, attn_mask, is_causal, **knobs)
     return Buggy
+
+
+def as_student(variant):
+    """A copy of ``variant`` under another code object: a check may refuse its own variant
+    as a shortcut (lesson 09's do), which it recognises by its code."""
+    code = variant.__code__.replace(co_name=f"{variant.__code__.co_name}_as_student")
+    copy = types.FunctionType(code, variant.__globals__, code.co_name, variant.__defaults__,
+                              variant.__closure__)
+    copy.__kwdefaults__ = variant.__kwdefaults__
+    return copy
 
 
 def mlp_with(knobs: dict):
