@@ -1,16 +1,38 @@
 """Pictures for the lessons: attention heatmaps, masks, positional encodings, training curves.
 
-Every function draws on a new matplotlib figure and returns it. A grid of heads is labelled on
-its outer edges only and laid out by hand, not by matplotlib's constrained layout, which measures
-every tick label several times per drawing (half the cost of drawing a grid).
+Every function draws on a new matplotlib figure, laid out by matplotlib's constrained layout so
+that it fits its canvas, and returns it. A grid of heads is labelled on its outer edges only.
 """
 
 import math
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+
+
+def _draw_each_figure_once() -> None:
+    """In Jupyter, show figures as they are laid out instead of cropped to their content.
+
+    The inline backend saves a figure with bbox_inches="tight", which draws it twice (once to
+    measure what to crop, once to save): every label measured twice, a third of a lesson's
+    figure time. The lessons' figures fit their canvas (constrained layout), so nothing is lost.
+    """
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import InlineBackend, set_matplotlib_formats
+    except ImportError:  # not in IPython: nothing to set
+        return
+    if get_ipython() is None or "inline" not in matplotlib.get_backend():
+        return
+    settings = InlineBackend.instance()
+    settings.print_figure_kwargs = {**settings.print_figure_kwargs, "bbox_inches": None}
+    set_matplotlib_formats(*settings.figure_formats)
+
+
+_draw_each_figure_once()
 
 
 def _as_array(x) -> np.ndarray:
@@ -47,9 +69,11 @@ def plot_attention(weights, query_labels=None, key_labels=None, title="attention
     n_heads = weights.shape[0]
     cols = min(n_heads, max_cols)
     rows = math.ceil(n_heads / cols)
-    side = 0.35 * max(weights.shape[1:]) + 1.5
-    fig, axes = plt.subplots(rows, cols, figsize=(side * cols + 1, side * rows), squeeze=False)
-    fig.subplots_adjust(wspace=0.1, hspace=0.25)
+    T, S = weights.shape[1:]
+    width = (0.35 * S + 0.4) * cols + 2.5  # the panels, the query labels once, the colour bar
+    height = (0.35 * T + 0.6) * rows + 1.4  # the panels and their titles, the key labels once
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False,
+                             layout="constrained")
     for h, ax in enumerate(axes.flat):
         if h >= n_heads:
             ax.axis("off")
@@ -70,7 +94,7 @@ def plot_mask(mask, query_labels=None, key_labels=None, title="mask") -> Figure:
     if mask.ndim != 2:
         raise ValueError(f"plot one (T, S) mask at a time, got shape {mask.shape}")
     T, S = mask.shape
-    fig, ax = plt.subplots(figsize=(0.35 * S + 2.5, 0.35 * T + 1.5))
+    fig, ax = plt.subplots(figsize=(0.35 * S + 2.5, 0.35 * T + 1.5), layout="constrained")
     if mask.dtype == bool:
         ax.imshow(mask, cmap="Greens", vmin=-0.3, vmax=1.0)
         for t, s in zip(*np.nonzero(~mask), strict=True):

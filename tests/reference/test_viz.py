@@ -1,13 +1,19 @@
 """Every plot returns a matplotlib Figure with what the lesson needs on it."""
 
+import base64
+import io
+
 import matplotlib.pyplot as plt
+import nbformat
 import pytest
 import torch
 from matplotlib.figure import Figure
+from PIL import Image
 
 from attention_course.masks import causal_mask, to_additive_mask
 from attention_course.training import History
 from attention_course.viz import plot_attention, plot_history, plot_mask, plot_positional_encoding
+from helpers.notebooks import execute
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +75,18 @@ def test_plot_history():
     loss_ax, acc_ax = fig.axes
     assert list(loss_ax.lines[0].get_ydata()) == history.loss
     assert list(acc_ax.lines[0].get_xdata()) == history.eval_steps
+
+
+def test_in_jupyter_a_figure_is_shown_as_laid_out_not_cropped(tmp_path):
+    """Importing viz in a kernel turns off the inline backend's crop to the content (a second
+    drawing of every figure): a 4 x 3 inch figure comes out 400 x 300 pixels, whitespace and
+    all, where the crop would give it the size of its lines and labels."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nfrom attention_course import viz\n"
+        "fig, ax = plt.subplots(figsize=(4, 3), dpi=100, layout='constrained')\n"
+        "ax.plot([0, 1])\nplt.show()")]
+    execute(nb, tmp_path)
+    (png,) = [out["data"]["image/png"] for out in nb.cells[0].outputs
+              if "image/png" in out.get("data", {})]
+    assert Image.open(io.BytesIO(base64.b64decode(png))).size == (400, 300)
