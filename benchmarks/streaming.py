@@ -145,9 +145,9 @@ def sink_logit(seeds: int) -> list[dict]:
         torch.manual_seed(seed)
         model = EchoModel(16, 32, 2, max_len=256, positions="rotary",
                           rotary=SinkRotaryAttention)
-        optimizer = AdamW(model.parameters(), lr=2e-2, weight_decay=0.0)
+        optimizer = AdamW(model.parameters(), lr=3e-2, weight_decay=0.0)
         batches = torch.Generator().manual_seed(seed)
-        for _ in range(60):
+        for _ in range(45):
             tokens, targets = echo_or_self(64, 16, batches)
             loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten(),
                                    ignore_index=IGNORE)
