@@ -3,10 +3,7 @@ input is not, the tiled check hands the grader a harness it can name, and the gr
 points to right answers and none to shortcuts or whole matrices. (The lesson's mistakes, slips
 and shortcuts as students write them are tested in checks/, with every lesson's.)"""
 
-import tempfile
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -91,9 +88,7 @@ def test_the_tiled_check_hands_the_grader_a_harness_it_can_name():
 def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_whole_matrices():
     from grader.course import read_lesson
     from grader.demo import practice_names, student_notebook
-    from grader.grading.submissions import Submission
-    from grader.workspace import Workspace
-    from helpers.gradebook import grade_here
+    from helpers.gradebook import grade_notebooks
 
     lesson = read_lesson(LESSON)
     untiled_body = """
@@ -115,15 +110,8 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_shortcuts_or_
     students = {"correct": everything, "blank": {},
                 "untiled": everything | {"tiled_attention": untiled_body},
                 "by_torch": everything | {"cached_attention": by_torch}}
-    with tempfile.TemporaryDirectory() as scratch:
-        workspace = Workspace(Path(scratch) / "workspace")
-        submissions = []
-        for student, answers in students.items():
-            folder = workspace.submitted / student / LESSON
-            folder.mkdir(parents=True)
-            nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
-            submissions.append(Submission(student, LESSON, folder))
-        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    results = grade_notebooks(LESSON, {student: student_notebook(LESSON, answers)
+                                       for student, answers in students.items()})
     assert results["correct"].score == lesson.max_score == 17
     assert results["blank"].score == 0
     tiles = {e.grade_id: e for e in results["untiled"].exercises}["check_tiled_attention"]

@@ -3,10 +3,7 @@ answers that are right pass (the lesson measures them instead); the tiled checks
 grader a harness it can name; and the grader gives full points to the instructor's answers and
 none to a tiled backward pass in one piece, and names the demo class's mistakes."""
 
-import tempfile
-from pathlib import Path
 
-import nbformat
 import pytest
 
 from attention_course import flash
@@ -90,9 +87,7 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_backward_in
     from grader.course import read_lesson
     from grader.demo import MISTAKES as DEMO_MISTAKES
     from grader.demo import practice_names, student_notebook
-    from grader.grading.submissions import Submission
-    from grader.workspace import Workspace
-    from helpers.gradebook import grade_here
+    from helpers.gradebook import grade_notebooks
 
     lesson = read_lesson(LESSON)
     in_one_piece = """
@@ -109,15 +104,8 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_backward_in
                 "one_piece": everything | {"flash_backward": in_one_piece},
                 **{f"demo-{name}": everything | {name: DEMO_MISTAKES[name][0]}
                    for name in practice_names(LESSON)}}
-    with tempfile.TemporaryDirectory() as scratch:
-        workspace = Workspace(Path(scratch) / "workspace")
-        submissions = []
-        for student, answers in students.items():
-            folder = workspace.submitted / student / LESSON
-            folder.mkdir(parents=True)
-            nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
-            submissions.append(Submission(student, LESSON, folder))
-        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    results = grade_notebooks(LESSON, {student: student_notebook(LESSON, answers)
+                                       for student, answers in students.items()})
     assert results["correct"].score == lesson.max_score == 11
     assert results["blank"].score == 0
     tiles = {e.grade_id: e for e in results["one_piece"].exercises}["check_flash_backward"]
@@ -133,13 +121,9 @@ def test_the_grader_refuses_autograd_and_names_slips_inside_the_functions_backwa
     """The Function's backward pass runs inside the watched call in the student's process
     too: torch.autograd.grad through attention in one piece there is refused, and a slip of
     the backward pass alone is named."""
-    from grader.course import read_lesson
     from grader.demo import practice_names, student_notebook
-    from grader.grading.submissions import Submission
-    from grader.workspace import Workspace
-    from helpers.gradebook import grade_here
+    from helpers.gradebook import grade_notebooks
 
-    lesson = read_lesson(LESSON)
     given = "dq, dk, dv = flash_backward(query, key, value, out, lse, dout, *ctx.settings)"
     backwards = {
         "autograd": """with torch.enable_grad():
@@ -150,19 +134,14 @@ def test_the_grader_refuses_autograd_and_names_slips_inside_the_functions_backwa
         "no_scale": "dq, dk, dv = flash_backward(query, key, value, out, lse, dout, "
                     "ctx.settings[0], None, ctx.settings[2])",
     }
-    with tempfile.TemporaryDirectory() as scratch:
-        workspace = Workspace(Path(scratch) / "workspace")
-        submissions = []
-        for student, body in backwards.items():
-            notebook = student_notebook(LESSON, dict.fromkeys(practice_names(LESSON)))
-            cell = next(c for c in notebook.cells if "class FlashAttention(" in c.source)
-            assert given in cell.source
-            cell.source = cell.source.replace(given, body)
-            folder = workspace.submitted / student / LESSON
-            folder.mkdir(parents=True)
-            nbformat.write(notebook, folder / f"{LESSON}.ipynb")
-            submissions.append(Submission(student, LESSON, folder))
-        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    notebooks = {}
+    for student, body in backwards.items():
+        notebook = student_notebook(LESSON, dict.fromkeys(practice_names(LESSON)))
+        cell = next(c for c in notebook.cells if "class FlashAttention(" in c.source)
+        assert given in cell.source
+        cell.source = cell.source.replace(given, body)
+        notebooks[student] = notebook
+    results = grade_notebooks(LESSON, notebooks)
     verdicts = {student: {e.grade_id: e for e in result.exercises}["check_flash_attention"]
                 for student, result in results.items()}
     assert verdicts["autograd"].points == 0 and verdicts["autograd"].mistake == "shortcut", \

@@ -1,6 +1,10 @@
 """The gradebook seen from a test: each function opens it once, as a command does, and what a
 human does in the formgrader (set a score) done the way the formgrader does it."""
 
+import tempfile
+from pathlib import Path
+
+import nbformat
 from nbgrader.api import MissingEntry
 
 from grader.course import Lesson, lesson_names, read_lesson
@@ -111,6 +115,21 @@ def submission_notebook_id(workspace: Workspace, student: str, lesson: str) -> s
 
 def read_course() -> dict[str, Lesson]:
     return {name: read_lesson(name) for name in lesson_names()}
+
+
+def grade_notebooks(lesson_id: str, notebooks: dict) -> dict[str, Result]:
+    """{student: notebook} of one lesson graded here (sandboxed), in a scratch workspace:
+    {student: Result}."""
+    lesson = read_lesson(lesson_id)
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = Workspace(Path(scratch) / "workspace")
+        submissions = []
+        for student, notebook in notebooks.items():
+            folder = workspace.submitted / student / lesson_id
+            folder.mkdir(parents=True)
+            nbformat.write(notebook, folder / f"{lesson_id}.ipynb")
+            submissions.append(Submission(student, lesson_id, folder))
+        return {r.student: r for r in grade_here(submissions, {lesson_id: lesson}, workspace)}
 
 
 def grade_here(submissions: list[Submission], lessons: dict[str, Lesson],
