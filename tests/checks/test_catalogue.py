@@ -171,7 +171,7 @@ def latent_layer_with(knobs: dict):
     """Lesson 10's layer as the wrong variant with ``knobs``."""
     class BuggyLatent(StubLatentAttention):
         def forward(self, x, cache=None):
-            return lesson10.layer_variant(self, x, cache, **knobs)
+            return as_student(lesson10.layer_variant)(self, x, cache, **knobs)
     return BuggyLatent
 
 

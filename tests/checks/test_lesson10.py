@@ -3,7 +3,8 @@ per-head keys or values (an einsum, a loop over heads, a token at a time or into
 included), in the prompt's case too, and lets a query's copy through; the layer check decodes
 with the student's own cache, names a right layer whose cache is too large or breaks the
 contract (rotary keys off their positions, or not rotated) and tells one whose cache is not
-the contract's pair; the checks hand the grader a harness it can name; and the grader gives
+the contract's pair; the checks refuse their own wrong variants (the references with no knob
+set) and hand the grader a harness it can name; and the grader gives
 full points to the instructor's answers, none to a naive form in the absorbed exercise, and
 names the demo class's mistakes."""
 
@@ -231,3 +232,20 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_naive_absor
         exercise = {e.grade_id: e for e in results[f"demo-{name}"].exercises}[f"check_{name}"]
         assert exercise.points == 0 and DEMO_MISTAKES[name][1] in (exercise.mistake or ""), \
             exercise.message
+
+
+class LatentByTheChecksVariant(LatentNaive):
+    def forward(self, x, cache=None):
+        return lesson10.layer_variant(self, x, cache)
+
+
+@pytest.mark.parametrize(("name", "student"), [
+    ("naive_latent_attention", lambda *args, **kwargs: lesson10.latent_variant(*args, **kwargs)),
+    ("absorbed_latent_attention",
+     lambda *args, **kwargs: lesson10.latent_variant(*args, **kwargs)),
+    ("latent_attention", LatentByTheChecksVariant),
+    ("cache_bytes_per_token", lambda kind, config: lesson10.bytes_variant(kind, config))])
+def test_the_checks_own_variants_are_refused(name, student):
+    """With no knob set each one computes the reference: a shortcut, refused as one (locally:
+    the grader's student process has no checks)."""
+    assert "Shortcut refused" in failure(check_of(name), student)
