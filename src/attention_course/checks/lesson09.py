@@ -119,12 +119,13 @@ def keep_of(cache, window, n_sinks, evict="sinks_and_recent", axis=-2, slices="o
     indices (``x[:, :n_sinks]`` and ``x[:, S - keep:]`` on a (B, H, S, D) cache)."""
     S, size = cache.shape[-2], cache.shape[axis]
     keep = {"sinks_and_recent": window - 1, "one_more": window, "last_only": window - 1,
-            "negative_slice": window - 1, "test_without_sinks": window - 1, "none": S}[evict]
+            "negative_slice": window - 1, "test_without_sinks": window - 1,
+            "test_off_by_one": window - 1, "none": S}[evict]
     if evict == "test_without_sinks":  # `if S > W - 1`: the recent part may overlap the sinks
         if S <= keep:
             return cache
         return torch.cat([cache[..., :n_sinks, :], cache[..., S - keep:, :]], dim=-2)
-    if evict == "none" or S <= n_sinks + keep:
+    if evict == "none" or S <= n_sinks + keep + (evict == "test_off_by_one"):
         return cache
     if slices == "sequence" and axis != -2:
         first, recent = [slice(None)] * cache.dim(), [slice(None)] * cache.dim()
@@ -208,9 +209,12 @@ ROLLING_MISTAKES = (
             "Evict only when the cache holds more than n_sinks + W - 1 tokens. Testing against "
             "W - 1 alone evicts too early: the last W - 1 tokens then overlap the sinks, and "
             "those tokens are kept twice.", {"evict": "test_without_sinks"}),
+    Mistake("eviction test off by one: a cache of exactly n_sinks + W tokens is not evicted",
+            "The cache may hold n_sinks + W - 1 tokens after a step: evict as soon as it holds "
+            "more than that, n_sinks + W included.", {"evict": "test_off_by_one"}),
     WINDOW_SELF_OUT, WINDOW_SHORT, WINDOW_TOP_LEFT, SINKS_IGNORED, WINDOW_IGNORED,
 ) + SCALE_MISTAKES
-EVICTION_TEST_WITHOUT_SINKS = ROLLING_MISTAKES[10]
+EVICTION_TEST_WITHOUT_SINKS, EVICTION_TEST_OFF_BY_ONE = ROLLING_MISTAKES[10:12]
 
 ROLLING_CACHE_ATTENTION = Exercise(
     name="rolling_cache_attention",
@@ -325,8 +329,9 @@ ROTARY_MISTAKES = (
             "rotated by it are off by as much. Make the angles in the inputs' dtype (float32 "
             "for 16-bit inputs, as lesson 06 does).", {"angle_dtype": "float32"}),
     BASE_IGNORED,
-    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], EVICTION_TEST_WITHOUT_SINKS, WINDOW_TOP_LEFT,
-    WINDOW_SELF_OUT, WINDOW_SHORT, SINKS_IGNORED, WINDOW_IGNORED,
+    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], EVICTION_TEST_WITHOUT_SINKS,
+    EVICTION_TEST_OFF_BY_ONE, WINDOW_TOP_LEFT, WINDOW_SELF_OUT, WINDOW_SHORT, SINKS_IGNORED,
+    WINDOW_IGNORED,
 )
 
 ROLLING_ROTARY_ATTENTION = Exercise(
@@ -440,8 +445,9 @@ STREAMING_LLM_MISTAKES = (
             "rotates all of them, cached and new, at their places of that step.",
             {"stored": "rotated_once"}),
     ROLLING_MISTAKES[5], ROTARY_MISTAKES[5], BASE_IGNORED,
-    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], EVICTION_TEST_WITHOUT_SINKS, WINDOW_TOP_LEFT,
-    WINDOW_SELF_OUT, WINDOW_SHORT, SINKS_IGNORED, WINDOW_IGNORED,
+    ROLLING_MISTAKES[0], ROLLING_MISTAKES[2], EVICTION_TEST_WITHOUT_SINKS,
+    EVICTION_TEST_OFF_BY_ONE, WINDOW_TOP_LEFT, WINDOW_SELF_OUT, WINDOW_SHORT, SINKS_IGNORED,
+    WINDOW_IGNORED,
 )
 
 STREAMING_LLM_ATTENTION = Exercise(

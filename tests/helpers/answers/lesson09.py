@@ -519,6 +519,20 @@ def rolling_testing_the_window_alone(query, key, value, past_key=None, past_valu
             evict_testing_the_window_alone(values, window, n_sinks))
 
 
+def rolling_evicting_past_n_sinks_plus_w(query, key, value, past_key=None, past_value=None, *,
+                                         window, n_sinks=0):
+    """'Evict when the cache is longer than n_sinks + W': one token late."""
+    out, _, _ = rolling_by_hand(query, key, value, past_key, past_value, window=window,
+                                n_sinks=n_sinks)
+    keys = key if past_key is None else torch.cat([past_key, key], -2)
+    values = value if past_value is None else torch.cat([past_value, value], -2)
+    S = keys.shape[-2]
+    if S > n_sinks + window:
+        keys = torch.cat([keys[..., :n_sinks, :], keys[..., S - window + 1:, :]], dim=-2)
+        values = torch.cat([values[..., :n_sinks, :], values[..., S - window + 1:, :]], dim=-2)
+    return out, keys, values
+
+
 def rolling_slicing_the_heads(query, key, value, past_key=None, past_value=None, *, window,
                               n_sinks=0):
     """key[:, :n] on a (B, H, S, D) cache: the heads' axis, not the tokens'."""
@@ -682,6 +696,8 @@ MISTAKES = {  # student's answer: (exercise, the mistakes the check must name)
     window_one_sink_too_many: ("sliding_window_mask", [lesson09.SINKS_ONE_TOO_MANY.name]),
     rolling_testing_the_window_alone: ("rolling_cache_attention",
                                        [lesson09.EVICTION_TEST_WITHOUT_SINKS.name]),
+    rolling_evicting_past_n_sinks_plus_w: ("rolling_cache_attention",
+                                           [lesson09.EVICTION_TEST_OFF_BY_ONE.name]),
     rolling_slicing_the_heads: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[3].name]),
     rolling_slicing_the_width: ("rolling_cache_attention", [lesson09.ROLLING_MISTAKES[4].name]),
     rolling_with_a_plain_causal_mask: ("rolling_cache_attention",
