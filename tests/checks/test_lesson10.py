@@ -8,10 +8,7 @@ set) and hand the grader a harness it can name; and the grader gives
 full points to the instructor's answers, none to a naive form in the absorbed exercise, and
 names the demo class's mistakes."""
 
-import tempfile
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 
@@ -195,9 +192,7 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_naive_absor
     from grader.course import read_lesson
     from grader.demo import MISTAKES as DEMO_MISTAKES
     from grader.demo import practice_names, student_notebook
-    from grader.grading.submissions import Submission
-    from grader.workspace import Workspace
-    from helpers.gradebook import grade_here
+    from helpers.gradebook import grade_notebooks
 
     lesson = read_lesson(LESSON)
     naive = """
@@ -213,15 +208,8 @@ def test_the_grader_gives_full_points_to_right_answers_and_none_to_a_naive_absor
                 "naive": everything | {"absorbed_latent_attention": naive},
                 **{f"demo-{name}": everything | {name: DEMO_MISTAKES[name][0]}
                    for name in practice_names(LESSON)}}
-    with tempfile.TemporaryDirectory() as scratch:
-        workspace = Workspace(Path(scratch) / "workspace")
-        submissions = []
-        for student, answers in students.items():
-            folder = workspace.submitted / student / LESSON
-            folder.mkdir(parents=True)
-            nbformat.write(student_notebook(LESSON, answers), folder / f"{LESSON}.ipynb")
-            submissions.append(Submission(student, LESSON, folder))
-        results = {r.student: r for r in grade_here(submissions, {LESSON: lesson}, workspace)}
+    results = grade_notebooks(LESSON, {student: student_notebook(LESSON, answers)
+                                       for student, answers in students.items()})
     assert results["correct"].score == lesson.max_score == 11
     assert results["blank"].score == 0
     absorbed = {e.grade_id: e for e in results["naive"].exercises}[
