@@ -17,7 +17,9 @@ from .student.shortcuts import forbid
 NEG_INF = float("-inf")
 # the gradients by autograd instead of by hand: what every exercise of this lesson replaces
 AUTOGRAD = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward,
-            torch.autograd.functional.vjp, torch.func.vjp, torch.func.grad)
+            torch.autograd.functional.vjp, torch.func.vjp, torch.func.grad,
+            torch.autograd.graph._engine_run_backward, harness._engine_backward)
+ENGINE = ("run_backward",)  # the autograd engine itself, which all of the above end in
 
 
 def _hidden(T: int, S: int, first_key: int, b: int, device, top_left: bool = False):
@@ -93,7 +95,7 @@ ATTENTION_BACKWARD = Exercise(
               DQ_DK_SWAPPED, IGNORES_SCALE),
     forbidden=forbid((flash.attention_backward, flash.flash_backward,
                       flash.FlashAttention.backward) + AUTOGRAD + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
+                     ATTENTION_BUILTINS + ENGINE),
 )
 
 
@@ -208,7 +210,7 @@ FLASH_BACKWARD = Exercise(
               LAST_BLOCK_LEFT_OUT, IGNORES_SCALE),
     forbidden=forbid((flash.attention_backward, flash.flash_backward,
                       flash.FlashAttention.backward) + AUTOGRAD + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
+                     ATTENTION_BUILTINS + ENGINE),
 )
 
 
@@ -388,7 +390,7 @@ FLASH_ATTENTION = Exercise(
                       flash.FlashAttention.backward, flash.SavedWeightsAttention.forward,
                       flash.SavedWeightsAttention.backward, tiled.tiled_attention,
                       tiled.flash_attention)
-                     + AUTOGRAD + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
+                     + AUTOGRAD + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS + ENGINE),
 )
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from attention_course import attention, flash
 from attention_course.checks import lesson08
+from attention_course.checks.student import harness
 
 NEG_INF = float("-inf")
 
@@ -392,6 +393,30 @@ def vjp_through_the_tiles(ctx, dout):
     return vjp(dout)
 
 
+def engine_through_the_tiles(run_backward):
+    """The backward by the autograd engine itself (what torch.autograd.grad ends in), called
+    through ``run_backward(out, dout, inputs)``, through the tiled forward run again."""
+    def backward(ctx, dout):
+        query, key, value, _, _ = ctx.saved_tensors
+        with torch.enable_grad():
+            q, k, v = (x.detach().requires_grad_() for x in (query, key, value))
+            out, _ = forward_with_lse(q, k, v, *ctx.settings)
+            return run_backward(out, dout, (q, k, v))
+    return backward
+
+
+ENGINE_CALLS = {
+    "torch.autograd.graph._engine_run_backward": lambda out, dout, inputs: (
+        torch.autograd.graph._engine_run_backward((out,), (dout,), False, False, inputs, True,
+                                                  False)),
+    "the engine's run_backward": lambda out, dout, inputs: (
+        torch.autograd.variable.Variable._execution_engine.run_backward(
+            (out,), (dout,), False, False, inputs, True, False)),
+    "the harness's own engine call": lambda out, dout, inputs: harness._engine_backward(
+        out, dout, inputs),
+}
+
+
 def backward_of_torch_attention(ctx, dout):
     """PyTorch's attention run again in the backward, and its backward pass."""
     query, key, value, _, _ = ctx.saved_tensors
@@ -439,6 +464,9 @@ BUILT_INS = {
                                        autograd_through_naive_attention),
         "F.scaled_dot_product_attention inside backward": function_whose_backward_is(
             "flash_with_torch_in_backward", backward_of_torch_attention),
+        **{f"{how} inside backward": function_whose_backward_is(
+            f"flash_by_{i}_engine_call", engine_through_the_tiles(call))
+           for i, (how, call) in enumerate(ENGINE_CALLS.items())},
     },
 }
 
