@@ -492,6 +492,10 @@ TILED_MISTAKES = (
             "the output to the inputs' dtype once, at the end.", sign=all_in_16_bits),
 ) + SCALE_MISTAKES + (IGNORES_SCALE, ZERO_SCALE_AS_NONE)
 
+# out of torch, where the size watch of a tiled exercise cannot see: the whole (T, S) matrix
+# computed in numpy or in Python numbers would pass it
+OUT_OF_TORCH, OUT_OF_TORCH_BUILTINS = (torch.Tensor.__array__,), ("numpy", "tolist")
+
 TILED_ATTENTION = Exercise(
     name="tiled_attention",
     reference=tiled.tiled_attention,
@@ -501,8 +505,8 @@ TILED_ATTENTION = Exercise(
     variant=tiled_variant,
     mistakes=TILED_MISTAKES,
     forbidden=forbid((tiled.tiled_attention, tiled.flash_attention,
-                      attention.scaled_dot_product_attention) + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
+                      attention.scaled_dot_product_attention) + NO_BUILT_IN_ATTENTION
+                     + OUT_OF_TORCH, ATTENTION_BUILTINS + OUT_OF_TORCH_BUILTINS),
 )
 
 

@@ -10,7 +10,7 @@ from .. import flash, tiled
 from ..attention import compute_dtype
 from .framework import Case, Exercise, Harnessed, Mistake, randn, run_check, seeded
 from .lesson02 import ATTENTION_BUILTINS, IGNORES_SCALE, NO_BUILT_IN_ATTENTION
-from .lesson07 import scale_factor
+from .lesson07 import OUT_OF_TORCH, OUT_OF_TORCH_BUILTINS, scale_factor
 from .student import harness
 from .student.shortcuts import forbid
 
@@ -209,8 +209,8 @@ FLASH_BACKWARD = Exercise(
               MASK_NOT_APPLIED, MASK_TOP_LEFT, DQ_DK_SWAPPED, SCALE_TWICE, SCALE_LEFT_OUT,
               LAST_BLOCK_LEFT_OUT, IGNORES_SCALE),
     forbidden=forbid((flash.attention_backward, flash.flash_backward,
-                      flash.FlashAttention.backward) + AUTOGRAD + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS + ENGINE),
+                      flash.FlashAttention.backward) + AUTOGRAD + NO_BUILT_IN_ATTENTION
+                     + OUT_OF_TORCH, ATTENTION_BUILTINS + ENGINE + OUT_OF_TORCH_BUILTINS),
 )
 
 
@@ -390,7 +390,8 @@ FLASH_ATTENTION = Exercise(
                       flash.FlashAttention.backward, flash.SavedWeightsAttention.forward,
                       flash.SavedWeightsAttention.backward, tiled.tiled_attention,
                       tiled.flash_attention)
-                     + AUTOGRAD + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS + ENGINE),
+                     + AUTOGRAD + NO_BUILT_IN_ATTENTION + OUT_OF_TORCH,
+                     ATTENTION_BUILTINS + ENGINE + OUT_OF_TORCH_BUILTINS),
 )
 
 

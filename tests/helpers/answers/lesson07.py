@@ -3,6 +3,7 @@ answers with a catalogued mistake, and slips that raise."""
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -517,6 +518,25 @@ def tiled_in_query_blocks_of_the_reference(query, key, value, is_causal=False, s
     return tiled.flash_attention(query, key, value, is_causal, scale, block_size)
 
 
+def tiled_out_of_torch(leave):
+    """Attention in one piece where the tiled size watch cannot see it: outside torch, the
+    tensors turned into numpy arrays or lists by ``leave``, the result turned back."""
+    def tiled_attention(query, key, value, is_causal=False, scale=None, block_size=64):
+        T, S = query.shape[-2], key.shape[-2]
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        q, k, v = (np.asarray(leave(x.detach().double())) for x in (query, key, value))
+        scores = q @ np.swapaxes(k, -1, -2) * scale  # (..., T, S), all at once
+        if is_causal:
+            scores = np.where(bottom_right(T, S).numpy(), scores, -np.inf)
+        top = scores.max(-1, keepdims=True)
+        weights = np.exp(scores - top)
+        total = weights.sum(-1, keepdims=True)
+        out, lse = weights / total @ v, (top + np.log(total))[..., 0]
+        lse_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+        return torch.tensor(out, dtype=query.dtype), torch.tensor(lse, dtype=lse_dtype)
+    return tiled_attention
+
+
 BUILT_INS = {  # exercise: {what the student called: their answer}, the course's own included
     "cached_attention": {"F.scaled_dot_product_attention": cached_by_torch},
     "grouped_query_attention_layer": {
@@ -524,7 +544,10 @@ BUILT_INS = {  # exercise: {what the student called: their answer}, the course's
         "inference.grouped_query_attention": GQALayerByTheCourseFunction},
     "tiled_attention": {"F.scaled_dot_product_attention": tiled_by_torch,
                         "attention.scaled_dot_product_attention": tiled_by_the_course,
-                        "tiled.flash_attention": tiled_in_query_blocks_of_the_reference},
+                        "tiled.flash_attention": tiled_in_query_blocks_of_the_reference,
+                        "Tensor.numpy": tiled_out_of_torch(lambda x: x.numpy()),
+                        "Tensor.tolist": tiled_out_of_torch(lambda x: x.tolist()),
+                        "numpy.asarray": tiled_out_of_torch(lambda x: x)},
 }
 
 
