@@ -108,9 +108,11 @@ def inspect_submission(notebook: nbformat.NotebookNode, lesson: Lesson) -> list[
     """Flags for a human, from the student's own cells of ``notebook`` (the first
     ``MOST_FLAGS`` different ones)."""
     flags: dict[str, None] = {}  # in order, once each
-    for cell, tree in _students_cells(notebook, lesson):
+    cells = [(cell, tree) for cell, tree in _students_cells(notebook, lesson) if tree is not None]
+    aliases = {name: target for _, tree in cells for name, target in _aliases(tree).items()}
+    for cell, tree in cells:
         answer = bool(nbgrader_metadata(cell).get("solution"))
-        for flag in _flags(tree, lesson, answer) if tree is not None else ():
+        for flag in _flags(tree, lesson, answer, aliases):
             flags[flag] = None
             if len(flags) == MOST_FLAGS:
                 return [*flags, "... and more: the first flags are listed"]
@@ -169,13 +171,27 @@ HIDDEN_CODE = {"exec": "runs code from a string", "eval": "runs code from a stri
 BY_NAME = ("getattr", "setattr", "delattr")  # flagged when the name is computed
 
 
-def _flags(tree: ast.Module, lesson: Lesson, answer: bool) -> list[str]:
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """What the names a cell's imports bind stand for: ``import attention_course as course``
+    gives {"course": "attention_course"}, ``from torch import nn`` {"nn": "torch.nn"}."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.asname: alias.name for alias in node.names if alias.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {alias.asname or alias.name: f"{node.module}.{alias.name}"
+                      for alias in node.names}
+    return found
+
+
+def _flags(tree: ast.Module, lesson: Lesson, answer: bool, aliases: dict[str, str]) -> list[str]:
     """Flags of one cell; ``answer``: it is a practice cell, where the exercise's built-ins
-    are flagged too (elsewhere a student may well compare with them)."""
+    are flagged too (elsewhere a student may well compare with them). ``aliases``: what the
+    student's imports bind (a name spelled through one is read as what it stands for)."""
     builtins = _exercise_builtins(lesson) if answer else set()
     flags = []
     for node in ast.walk(tree):
-        for name in _names(node):
+        for name in _names(node, aliases):
             why = next((w for hook, w in HOOKS.items()
                         if name == hook or name.startswith(hook + ".")), None)
             if why and not _is_check_import(node):
@@ -189,7 +205,8 @@ def _flags(tree: ast.Module, lesson: Lesson, answer: bool) -> list[str]:
         flags += _hidden(node) + _internals(node)
         if isinstance(node, ast.FunctionDef):
             flags += _copied(node, lesson)
-        flags += [f"replaces {name} (library code patched)" for name in _patched(node)]
+        flags += [f"replaces {name} (library code patched)"
+                  for name in _patched(node, aliases)]
     return flags
 
 
@@ -225,8 +242,10 @@ def _internals(node: ast.AST) -> list[str]:
     return []
 
 
-def _names(node: ast.AST) -> list[str]:
-    """Dotted names ``node`` imports or spells out (``torch.ops.aten``, ``sys.settrace``)."""
+def _names(node: ast.AST, aliases: dict[str, str]) -> list[str]:
+    """Dotted names ``node`` imports or spells out (``torch.ops.aten``, ``sys.settrace``), a
+    name bound by an import read as what it stands for (``course.checks`` as
+    ``attention_course.checks``)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -238,7 +257,7 @@ def _names(node: ast.AST) -> list[str]:
             parts.append(node.attr)
             node = node.value
         if isinstance(node, ast.Name):
-            return [".".join([node.id, *reversed(parts)])]
+            return [".".join([aliases.get(node.id, node.id), *reversed(parts)])]
         if isinstance(node, ast.Call) and _is_name(node.func, "get_ipython"):
             return [".".join(["get_ipython()", *reversed(parts)])]
     return []
@@ -248,15 +267,17 @@ PATCHABLE = ("torch", "F", "nn", "np", "numpy", "attention_course", "builtins", 
              "sys", "IPython", "get_ipython")
 
 
-def _patched(node: ast.AST) -> list[str]:
+def _patched(node: ast.AST, aliases: dict[str, str]) -> list[str]:
     """Attributes of libraries that ``node`` assigns (``torch.Tensor.clone = ...``), and
     ``setattr`` on them."""
     if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = [name for t in targets if isinstance(t, ast.Attribute) for name in _names(t)]
+        names = [name for t in targets if isinstance(t, ast.Attribute)
+                 for name in _names(t, aliases)]
     elif isinstance(node, ast.Call) and _is_name(node.func, "setattr") and node.args:
-        names = [n for n in _names(node.args[0]) or
-                 ([node.args[0].id] if isinstance(node.args[0], ast.Name) else [])]
+        names = [n for n in _names(node.args[0], aliases) or
+                 ([aliases.get(node.args[0].id, node.args[0].id)]
+                  if isinstance(node.args[0], ast.Name) else [])]
     else:
         return []
     return [name for name in names if name.split(".")[0] in PATCHABLE

@@ -72,6 +72,21 @@ def test_code_inside_a_magic_is_read_as_code(family):
     assert any(family in flag for flag in flags), flags
 
 
+@pytest.mark.parametrize(("source", "flagged"), [
+    ("import attention_course as course\n"
+     "course.checks.student.harness.LatentOnly.__call__ = lambda self, *a: None",
+     "replaces attention_course.checks.student.harness.LatentOnly.__call__"),
+    ("import attention_course as course\nrecord = course.checks.student.shortcuts",
+     "uses attention_course.checks.student.shortcuts"),
+    ("from attention_course import checks as c\nc.student.shortcuts.watch_calls = None",
+     "replaces attention_course.checks.student.shortcuts.watch_calls"),
+    ("import torch as t\nt._C._set_grad_enabled(True)", "uses torch._C._set_grad_enabled"),
+    ("import sys as system\nsetattr(system, 'settrace', None)", "replaces sys"),
+])
+def test_a_name_bound_by_an_import_is_read_as_what_it_stands_for(source, flagged):
+    assert any(flag.startswith(flagged) for flag in flags_of(source)), flags_of(source)
+
+
 def test_ordinary_getattr_and_magics_are_not_flagged():
     assert flags_of("import torch\nrelu = getattr(torch, 'relu')\n%time x = 1 + 1") == []
 
