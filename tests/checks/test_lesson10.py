@@ -17,6 +17,7 @@ from attention_course.checks.framework import SESSION, Harnessed, Target
 from attention_course.checks.student import harness
 from helpers.answers.lesson10 import (
     LatentNaive,
+    LatentRememberingOnItsCache,
     absorbed_in_two_chunks,
     absorbed_token_by_token,
     future,
@@ -149,6 +150,12 @@ class LatentKeepingItsCache(LatentNaive):
 def test_a_layer_that_keeps_its_cache_on_itself_fails():
     """The check decodes two streams taking turns: one cache kept on the layer mixes them."""
     assert "LatentAttention" in failure(check_of("latent_attention"), LatentKeepingItsCache)
+
+
+def test_a_layer_that_hangs_its_tokens_on_the_cache_it_returns_fails():
+    """The next call gets copies of the returned cache: an attribute on it does not come back."""
+    message = failure(check_of("latent_attention"), LatentRememberingOnItsCache)
+    assert "has no attribute 'tokens'" in message, message
 
 
 def test_the_checks_hand_the_grader_a_harness_it_can_name():

@@ -536,6 +536,17 @@ class LatentWithoutCache(LatentNaive):
         return super().forward(x, cache)[0]
 
 
+class LatentRememberingOnItsCache(LatentNaive):
+    """Never reads its cache: keeps every token so far as an attribute of the latent it
+    returns and attends over them all again, uncached (right outputs and a right cache)."""
+
+    def forward(self, x, cache=None):
+        seen = x if cache is None else torch.cat([cache[0].tokens, x], dim=-2)
+        out, (latent, rope_key) = super().forward(seen, None)
+        latent.tokens = seen
+        return out[..., -x.shape[-2]:, :], (latent, rope_key)
+
+
 SLIPS = [  # (exercise, slip, the mistake explain_error names from the error the slip raises)
     ("absorbed_latent_attention", absorbed_by_up_projecting,
      "per-head keys or values built (the naive form)"),

@@ -771,12 +771,14 @@ class DecodeUnderTest(ModuleUnderTest):
                 if not (isinstance(result, tuple | list) and len(result) == 2):
                     raise TypeError(f"your forward returned a {type(result).__name__}, "
                                     f"expected the pair (out, cache)")
-                out, caches[i] = result
-                if not (isinstance(caches[i], tuple | list) and len(caches[i]) == 2
-                        and all(isinstance(part, torch.Tensor) for part in caches[i])):
-                    raise TypeError(f"your forward returned {_described(caches[i])} as its "
+                out, cache = result
+                if not (isinstance(cache, tuple | list) and len(cache) == 2
+                        and all(type(part) is torch.Tensor for part in cache)):
+                    raise TypeError(f"your forward returned {_described(cache)} as its "
                                     f"cache, expected the pair of tensors (latent, rope_key) "
                                     f"that the docstring describes")
+                # copies: nothing the layer hangs on the objects it returned comes back to it
+                caches[i] = tuple(part.clone() for part in cache)
                 outputs[i].append(out)
             start += size
             sizes.append(sum(nested_bytes(c) for c in caches) / (start * x[..., 0, 0].numel()))
