@@ -123,17 +123,10 @@ def test_the_grader_gives_full_points_to_right_answers_and_refuses_torch_attenti
     """Through the grader's sandbox: the instructor's answers get the lesson's 11 points, a
     blank notebook none, a rolling cache calling F.scaled_dot_product_attention is refused,
     and the demo class's mistakes, planted one at a time, are named."""
-    import tempfile
-    from pathlib import Path
-
-    import nbformat
-
     from grader.course import read_lesson
     from grader.demo import MISTAKES as DEMO_MISTAKES
     from grader.demo import practice_names, student_notebook
-    from grader.grading.submissions import Submission
-    from grader.workspace import Workspace
-    from helpers.gradebook import grade_here
+    from helpers.gradebook import grade_notebooks
 
     lesson_id = "09_sliding_windows"
     lesson = read_lesson(lesson_id)
@@ -154,15 +147,8 @@ def test_the_grader_gives_full_points_to_right_answers_and_refuses_torch_attenti
                 "torch": everything | {"rolling_cache_attention": by_torch},
                 **{f"demo-{name}": everything | {name: DEMO_MISTAKES[name][0]}
                    for name in practice_names(lesson_id)}}
-    with tempfile.TemporaryDirectory() as scratch:
-        workspace = Workspace(Path(scratch) / "workspace")
-        submissions = []
-        for student, answers in students.items():
-            folder = workspace.submitted / student / lesson_id
-            folder.mkdir(parents=True)
-            nbformat.write(student_notebook(lesson_id, answers), folder / f"{lesson_id}.ipynb")
-            submissions.append(Submission(student, lesson_id, folder))
-        results = {r.student: r for r in grade_here(submissions, {lesson_id: lesson}, workspace)}
+    results = grade_notebooks(lesson_id, {student: student_notebook(lesson_id, answers)
+                                          for student, answers in students.items()})
     assert results["correct"].score == lesson.max_score == 11
     assert results["blank"].score == 0
     refused = {e.grade_id: e for e in results["torch"].exercises}["check_rolling_cache_attention"]
