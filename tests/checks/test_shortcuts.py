@@ -2,10 +2,15 @@
 built-in it re-implements (or, for lesson 07, the course's attention in one piece). Functions of
 earlier lessons (and earlier exercises) stay allowed."""
 
+import importlib
+
 import pytest
 import torch
 
-from attention_course import attention
+from attention_course import attention, lessons
+from attention_course.checks.student import observing
+from grader.course import read_lesson
+from grader.grading import verdicts
 from helpers.answers import BUILT_INS, CALLING_THE_REFERENCE, REFERENCES
 from helpers.answers.lesson02 import NEG_INF, additive
 from helpers.answers.lesson04 import MHAFromEarlierLessons
@@ -61,3 +66,28 @@ def masked_attention_from_lesson_02(query, key, value, attn_mask=None, is_causal
 def test_earlier_lessons_are_allowed(name, student, capsys):
     check_of(name)(student)
     assert capsys.readouterr().out.startswith("ok:")
+
+
+# ---------------------------------------------------------------- the reference, graded
+
+def references_by_their_names(lesson_id: str) -> dict:
+    """{the student's name for it: the course's reference} of every practice of a lesson."""
+    found = {}
+    for practice in lessons.lesson(lesson_id).practice:
+        if practice.written and practice.reference:
+            module, name = practice.reference.rsplit(".", 1)
+            found[name] = getattr(importlib.import_module(f"attention_course.{module}"), name)
+    return found
+
+
+@pytest.mark.parametrize("lesson_id", lessons.ids())
+def test_the_reference_under_the_exercises_name_earns_nothing_from_the_grader(lesson_id):
+    """The "Stuck?" import, graded: each check, judged here against the student's side in this
+    process (a harness around the student's object included), refuses the course's reference."""
+    namespace = references_by_their_names(lesson_id)
+    for cell in read_lesson(lesson_id).cells:
+        if all(target in namespace for call in cell.calls for target in call.targets):
+            result = verdicts.judge_cell(cell, lambda request: observing.answer(request,
+                                                                                namespace))
+            assert (result.points, result.mistake) == (0.0, "shortcut"), (cell.grade_id,
+                                                                          result.message)
