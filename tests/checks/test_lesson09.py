@@ -158,17 +158,3 @@ def test_the_grader_gives_full_points_to_right_answers_and_refuses_torch_attenti
         assert exercise.points == 0 and DEMO_MISTAKES[name][1] in (exercise.mistake or ""), \
             exercise.message
 
-
-@pytest.mark.parametrize("name", NAMES)
-def test_the_checks_own_variant_is_refused_as_a_shortcut(name):
-    """With no knob set, a check's wrong variant is the reference: a student's function that
-    calls it is refused here, as under the grader (whose student process has no checks)."""
-    from attention_course.checks import lesson09 as checks
-
-    variant = {"sliding_window_mask": checks.window_variant,
-               "rolling_cache_attention": checks.rolling_variant,
-               "rolling_rotary_attention": checks.rolling_rotary_variant,
-               "streaming_llm_attention": checks.streaming_llm_variant,
-               "sink_attention": checks.sink_variant}[name]
-    message = failure(check_of(name), lambda *args, **kwargs: variant(*args, **kwargs))
-    assert "Shortcut refused" in message and variant.__name__ in message, message

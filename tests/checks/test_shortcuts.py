@@ -91,3 +91,26 @@ def test_the_reference_under_the_exercises_name_earns_nothing_from_the_grader(le
                                                                                 namespace))
             assert (result.points, result.mistake) == (0.0, "shortcut"), (cell.grade_id,
                                                                           result.message)
+
+
+# ---------------------------------------------------------------- the check's own variant
+
+def variants_of_functions() -> list:
+    """(check, variant) of every exercise written as a function whose check has a variant."""
+    from attention_course.checks import MODULES
+    from attention_course.checks.framework import Exercise
+
+    exercises = [value for module in MODULES for value in vars(module).values()
+                 if isinstance(value, Exercise) and value.variant is not None]
+    return [(e.name, e.variant) for e in exercises if e.name in CHECK_NAMES
+            and not isinstance(REFERENCES.get(e.name), type)
+            and e.name != "flash_attention"]  # its variant is of the harness's call (dout too)
+
+
+@pytest.mark.parametrize(("name", "variant"), [
+    pytest.param(name, variant, id=name) for name, variant in variants_of_functions()])
+def test_the_checks_own_variant_is_refused(name, variant):
+    """With no knob set a wrong variant is the reference: calling it is a shortcut, in every
+    lesson (the grader's student process has no checks to call)."""
+    message = failure(check_of(name), lambda *args, **kwargs: variant(*args, **kwargs))
+    assert SHORTCUT in message and variant.__name__ in message, message

@@ -20,7 +20,7 @@ import re
 import traceback
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -63,6 +63,12 @@ class Exercise:
     forbidden: Forbidden = Forbidden()
     assess: Callable | None = None  # assess(case, outputs) -> a problem in words, or None
     nan_gradient: Mistake | None = None  # named when a gradient is NaN where the reference's is not
+
+    def __post_init__(self):
+        # the exercise's own variant is the reference when no knob is set: a shortcut too
+        if self.variant is not None and self.variant not in self.forbidden.functions:
+            self.forbidden = replace(self.forbidden,
+                                     functions=(*self.forbidden.functions, self.variant))
 
 
 @dataclass

@@ -82,7 +82,7 @@ SLIDING_WINDOW_MASK = Exercise(
     variant=window_variant,
     mistakes=(WINDOW_SELF_OUT, WINDOW_SHORT, WINDOW_TOP_LEFT, SINKS_IGNORED, SINKS_IN_THE_FUTURE,
               SINKS_ONE_TOO_MANY, WINDOW_IGNORED, WINDOW_BOTH_SIDES, INVERTED, DEVICE_IGNORED),
-    forbidden=forbid([streaming.sliding_window_mask, window_variant]),
+    forbidden=forbid([streaming.sliding_window_mask]),
 )
 
 
@@ -225,7 +225,7 @@ ROLLING_CACHE_ATTENTION = Exercise(
              ("values", "(B, H, P', Dv): the cache after appending and evicting")),
     variant=rolling_variant,
     mistakes=ROLLING_MISTAKES,
-    forbidden=forbid((streaming.rolling_cache_attention, streaming.evict, rolling_variant)
+    forbidden=forbid((streaming.rolling_cache_attention, streaming.evict)
                      + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
 )
 
@@ -343,8 +343,8 @@ ROLLING_ROTARY_ATTENTION = Exercise(
              ("values", "(B, H, P', Dv): the cache after appending and evicting")),
     variant=rolling_rotary_variant,
     mistakes=ROTARY_MISTAKES,
-    forbidden=forbid((streaming.rolling_rotary_attention, inference.CachedRotaryAttention.forward,
-                      rolling_rotary_variant) + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
+    forbidden=forbid((streaming.rolling_rotary_attention, inference.CachedRotaryAttention.forward)
+                     + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
 )
 
 
@@ -459,8 +459,8 @@ STREAMING_LLM_ATTENTION = Exercise(
              ("values", "(B, H, P', Dv): the cache after appending and evicting")),
     variant=streaming_llm_variant,
     mistakes=STREAMING_LLM_MISTAKES,
-    forbidden=forbid((streaming.streaming_llm_attention, streaming_llm_variant)
-                     + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
+    forbidden=forbid((streaming.streaming_llm_attention,) + NO_BUILT_IN_ATTENTION,
+                     ATTENTION_BUILTINS),
 )
 
 
@@ -552,8 +552,7 @@ SINK_ATTENTION = Exercise(
     outputs=(("out", "(B, H, T, Dv)"), ("weights", "(B, H, T, S)")),
     variant=sink_variant,
     mistakes=SINK_MISTAKES,
-    forbidden=forbid((streaming.sink_attention, sink_variant) + NO_BUILT_IN_ATTENTION,
-                     ATTENTION_BUILTINS),
+    forbidden=forbid((streaming.sink_attention,) + NO_BUILT_IN_ATTENTION, ATTENTION_BUILTINS),
 )
 
 

@@ -72,9 +72,7 @@ VALUES_NOT_UP_PROJECTED = Mistake(
     "with its own w_uv, after the sum (softmax(...) c) W_UV = softmax(...) (c W_UV).",
     {"up_project_values": False})
 
-# this module's wrong variants too: with no knob set each one is the reference
-LATENT_SHORTCUTS = (latent_variant, latent.naive_latent_attention,
-                    latent.absorbed_latent_attention,
+LATENT_SHORTCUTS = (latent.naive_latent_attention, latent.absorbed_latent_attention,
                     latent.LatentAttention.forward) + NO_BUILT_IN_ATTENTION
 
 NAIVE_LATENT_ATTENTION = Exercise(
@@ -335,7 +333,8 @@ def _layer_exercise(state: dict) -> Exercise:
                               "rotated at its position")),
         variant=variant,
         mistakes=LAYER_MISTAKES,
-        forbidden=forbid((latent.LatentAttention.forward, layer_variant) + NO_BUILT_IN_ATTENTION,
+        forbidden=forbid((latent.LatentAttention.forward, layer_variant)  # the variant's forward
+                         + NO_BUILT_IN_ATTENTION,
                          ATTENTION_BUILTINS),
     )
 
@@ -426,7 +425,7 @@ CACHE_BYTES = Exercise(
     outputs=(("bytes", "a number"),),
     variant=bytes_variant,
     mistakes=BYTES_MISTAKES,
-    forbidden=forbid((latent.cache_bytes_per_token, latent.cache_bytes, bytes_variant)),
+    forbidden=forbid((latent.cache_bytes_per_token, latent.cache_bytes)),
 )
 
 SMALL = {"n_heads": 6, "d_head": 8, "n_kv_heads": 2, "d_latent": 12, "d_rope": 4,
