@@ -152,6 +152,22 @@ def test_a_layer_that_keeps_its_cache_on_itself_fails():
     assert "LatentAttention" in failure(check_of("latent_attention"), LatentKeepingItsCache)
 
 
+class LatentUpdatingItsListCache(LatentNaive):
+    """Right: its cache a list, updated in place at the next call."""
+
+    def forward(self, x, cache=None):
+        out, (latent, rope_key) = super().forward(x, None if cache is None else tuple(cache))
+        if cache is None:
+            return out, [latent, rope_key]
+        cache[0], cache[1] = latent, rope_key
+        return out, cache
+
+
+def test_a_cache_kept_as_a_list_and_updated_in_place_passes(capsys):
+    check_of("latent_attention")(LatentUpdatingItsListCache)
+    assert "ok: LatentAttention" in capsys.readouterr().out
+
+
 def test_a_layer_that_hangs_its_tokens_on_the_cache_it_returns_fails():
     """The next call gets copies of the returned cache: an attribute on it does not come back."""
     message = failure(check_of("latent_attention"), LatentRememberingOnItsCache)

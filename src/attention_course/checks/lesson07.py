@@ -494,7 +494,8 @@ TILED_MISTAKES = (
 
 # out of torch, where the size watch of a tiled exercise cannot see: the whole (T, S) matrix
 # computed in numpy or in Python numbers would pass it
-OUT_OF_TORCH, OUT_OF_TORCH_BUILTINS = (torch.Tensor.__array__,), ("numpy", "tolist")
+OUT_OF_TORCH = (torch.Tensor.__array__, torch.Tensor.__dlpack__)
+OUT_OF_TORCH_BUILTINS = ("numpy", "tolist", "untyped_storage", "dlpack")
 
 TILED_ATTENTION = Exercise(
     name="tiled_attention",

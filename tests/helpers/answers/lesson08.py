@@ -4,6 +4,7 @@ weights and one that saves them), shortcuts, answers with a catalogued mistake, 
 raise."""
 
 import math
+import types
 
 import numpy as np
 import torch
@@ -411,6 +412,17 @@ def flash_backward_in_numpy(query, key, value, out, lse, dout, is_causal=False, 
     return tuple(torch.tensor(g, dtype=query.dtype) for g in grads)
 
 
+def flash_backward_out_of_torch(leave):
+    """The numpy gradients, the tensors turned into numpy arrays by ``leave`` (float64 cases)."""
+    def flash_backward(query, key, value, out, lse, dout, is_causal=False, scale=None,
+                       block_size=64):
+        arrays = (torch.as_tensor(np.array(leave(x.double()))) for x in
+                  (query, key, value, out, lse, dout))
+        grads = flash_backward_in_numpy(*arrays, is_causal, scale, block_size)
+        return tuple(g.to(query.dtype) for g in grads)
+    return flash_backward
+
+
 def engine_through_the_tiles(run_backward):
     """The backward by the autograd engine itself (what torch.autograd.grad ends in), called
     through ``run_backward(out, dout, inputs)``, through the tiled forward run again."""
@@ -432,7 +444,16 @@ ENGINE_CALLS = {
             (out,), (dout,), False, False, inputs, True, False)),
     "the harness's own engine call": lambda out, dout, inputs: harness._engine_backward(
         out, dout, inputs),
+    "the engine under the harness's names": lambda out, dout, inputs: posing_as_the_harness(
+        harness._engine_backward)(out, dout, inputs),
 }
+
+
+def posing_as_the_harness(fn):
+    """``fn`` with a code object that claims the harness's file and the name of its engine
+    call: the watch trusts the harness's code objects themselves, not their names."""
+    code = fn.__code__.replace(co_filename=harness.__file__, co_name="_engine_backward")
+    return types.FunctionType(code, fn.__globals__, "_engine_backward")
 
 
 def backward_of_torch_attention(ctx, dout):
@@ -470,7 +491,12 @@ BUILT_INS = {
     "attention_backward": {"torch.autograd.grad": backward_by_autograd,
                            "F.scaled_dot_product_attention + backward": backward_by_torch},
     "flash_backward": {"Tensor.backward": tiled_backward_by_autograd,
-                       "Tensor.numpy": flash_backward_in_numpy},
+                       "Tensor.numpy": flash_backward_in_numpy,
+                       "numpy.from_dlpack": flash_backward_out_of_torch(
+                           lambda t: np.from_dlpack(t.detach())),
+                       "Tensor.untyped_storage": flash_backward_out_of_torch(
+                           lambda t: np.frombuffer(bytes(t.detach().contiguous().untyped_storage()),
+                                                   dtype=np.float64).reshape(t.shape))},
     "flash_attention": {
         "F.scaled_dot_product_attention": flash_through_torch,
         "flash.FlashAttention": flash_from_the_course,

@@ -778,7 +778,8 @@ class DecodeUnderTest(ModuleUnderTest):
                                     f"cache, expected the pair of tensors (latent, rope_key) "
                                     f"that the docstring describes")
                 # copies: nothing the layer hangs on the objects it returned comes back to it
-                caches[i] = tuple(part.clone() for part in cache)
+                caches[i] = (list if isinstance(cache, list) else tuple)(  # a list stays one
+                    part.clone() for part in cache)
                 outputs[i].append(out)
             start += size
             sizes.append(sum(nested_bytes(c) for c in caches) / (start * x[..., 0, 0].numel()))

@@ -7,10 +7,11 @@ import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from . import harness
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,18 @@ class Forbidden:
         return sorted(self.function_names | {_qualname(fn) for fn in self.functions})
 
 
-HARNESS = str(Path(__file__).with_name("harness.py"))
 ENGINE = type(torch.autograd.variable.Variable._execution_engine)  # torch._C._EngineBase
+# the harness's own call of the autograd engine, by which lesson 08's check runs the student's
+# backward pass, made from its one caller: not the student's call (by code object, which a
+# student cannot forge as a name or a file name can be)
+ENGINE_CALL = harness._engine_backward.__code__
+ENGINE_CALLER = next(code for code in harness.ForwardAndBackward.__call__.__code__.co_consts
+                     if isinstance(code, types.CodeType) and code.co_name == "forward_and_backward")
 
 
 def _the_harness_engine(frame) -> bool:
-    """Whether ``frame`` runs the harness's own call of the autograd engine, through which
-    lesson 08's check runs the student's backward pass: not the student's call. (Only this
-    one: the harness calls the student's function too, which may be a forbidden one.)"""
-    return (frame is not None and frame.f_code.co_name == "_engine_backward"
-            and frame.f_code.co_filename == HARNESS)
-
-
-def _by_the_harness(frame) -> bool:
-    return frame is not None and frame.f_code.co_filename == HARNESS
+    return (frame is not None and frame.f_code is ENGINE_CALL and frame.f_back is not None
+            and frame.f_back.f_code is ENGINE_CALLER)
 
 
 def _is_torch_builtin(fn) -> bool:
@@ -73,17 +72,14 @@ def watch_calls(forbidden: Forbidden, called: list[str]):
         yield called
         return
 
-    def trusted(frame) -> bool:  # the harness calling its engine call
-        return _the_harness_engine(frame) and _by_the_harness(frame.f_back)
-
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes and not trusted(frame):
+        if event == "call" and frame.f_code in codes and not _the_harness_engine(frame):
             called.append(codes[frame.f_code])
         elif (event == "call" and _frame_name(frame) in forbidden.function_names
-              and not trusted(frame)):
+              and not _the_harness_engine(frame)):
             called.append(_frame_name(frame))
         elif (event == "c_call" and forbidden.forbids_builtin(getattr(arg, "__name__", None))
-              and _is_torch_builtin(arg) and not trusted(frame)):
+              and _is_torch_builtin(arg) and not _the_harness_engine(frame)):
             called.append(f"torch's built-in {arg.__name__}")
 
     previous = sys.getprofile()
