@@ -241,11 +241,18 @@ def test_hand_written_mha_without_its_mistakes_passes(capsys):
     assert capsys.readouterr().out.startswith("ok:")
 
 
+@functools.cache
+def failure_of(student, name: str, seed: int = 0) -> str:
+    """The message of ``name``'s check for ``student`` on ``seed``: a check is seeded, so its
+    message is the same each time; the tests below read the same messages, computed once."""
+    return failure(check_of(name), student, seed)
+
+
 @pytest.mark.parametrize(("student", "name", "expected"), STUDENTS)
 def test_student_mistake_is_diagnosed(student, name, expected):
     assert all(m in {c.name for c in CATALOGUE[name]} for m in expected), "not catalogued"
     for seed in (0, 1):
-        message = failure(check_of(name), student, seed)
+        message = failure_of(student, name, seed)
         assert sorted(named_mistakes(message)) == sorted(expected), message
 
 
@@ -264,7 +271,7 @@ def test_every_catalogued_mistake_of_lesson_06_has_an_answer_written_by_hand():
 
 @pytest.mark.parametrize(("student", "name", "expected"), STUDENTS)
 def test_message_never_shows_the_solution(student, name, expected):
-    message = failure(check_of(name), student)
+    message = failure_of(student, name)
     assert "### BEGIN SOLUTION" not in message
     leaked = [line for line in code_lines(REFERENCES[name]) if len(line) > 20 and line in message]
     assert not leaked, message
