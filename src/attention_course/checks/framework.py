@@ -305,13 +305,14 @@ def diagnose(exercise: Exercise, case: Case, got: tuple, expected: tuple,
     singles = [[m] for m in variants]
     pairs = [[a, b] for a, b in itertools.combinations(variants, 2)
              if not a.knobs.keys() & b.knobs.keys()]
+    runs: dict = {}  # each variant run once per case: ``right`` and ``others`` share cases
     for combinations in (singles, pairs):
-        found = [c for c in combinations if _variant_matches(exercise, case, _knobs(c), got)
-                 and all(_variant_matches(exercise, other, _knobs(c), seen.outputs)
+        found = [c for c in combinations if _variant_matches(exercise, case, _knobs(c), got, runs)
+                 and all(_variant_matches(exercise, other, _knobs(c), seen.outputs, runs)
                          for other, seen in right)]
         if found:
             return max(found, key=lambda c: sum(
-                _variant_matches(exercise, other, _knobs(c), seen.outputs)
+                _variant_matches(exercise, other, _knobs(c), seen.outputs, runs)
                 for other, seen in others))
     return None
 
@@ -327,11 +328,30 @@ def _shows_sign(mistake: Mistake, got: tuple, expected: tuple) -> bool:
         return False
 
 
-def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple) -> bool:
+_NOT_RUN, _RAISED = object(), object()
+
+
+def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple,
+                     runs: dict | None = None) -> bool:
+    """Whether the variant with ``knobs`` gives ``got`` on ``case``; ``runs`` keeps each
+    variant's outputs by case and knobs (the variants are the course's own, deterministic)."""
+    key = (id(case), tuple(sorted((k, type(v), v) for k, v in knobs.items())))
     try:
-        with case.defaults():
-            wrong = as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
-    except Exception:  # this variant cannot even run on this case
+        wrong = runs[key] if runs is not None else _NOT_RUN
+    except (KeyError, TypeError):  # not run yet, or a knob that is not hashable
+        wrong = _NOT_RUN
+    if wrong is _NOT_RUN:
+        try:
+            with case.defaults():
+                wrong = as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
+        except Exception:  # this variant cannot even run on this case
+            wrong = _RAISED
+        try:
+            if runs is not None:
+                runs[key] = wrong
+        except TypeError:  # a knob that is not hashable: not kept
+            pass
+    if wrong is _RAISED:
         return False
     return len(wrong) == len(got) and all(
         isinstance(g, Tensor) and matches(g, detach(w)) for g, w in zip(got, wrong, strict=True))
