@@ -3,6 +3,7 @@ built-in it re-implements (or, for lesson 07, the course's attention in one piec
 earlier lessons (and earlier exercises) stay allowed."""
 
 import importlib
+from dataclasses import replace
 
 import pytest
 import torch
@@ -114,3 +115,47 @@ def test_the_checks_own_variant_is_refused(name, variant):
     lesson (the grader's student process has no checks to call)."""
     message = failure(check_of(name), lambda *args, **kwargs: variant(*args, **kwargs))
     assert SHORTCUT in message and variant.__name__ in message, message
+
+
+# ---------------------------------------------------------------- the watch itself
+
+def calls_of_a_student(forbidden_name: str) -> None:
+    """Forbidden and allowed built-ins, each reached several ways and more than once, and a
+    Python function whose name is forbidden."""
+    import functools
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        torch.softmax(x, -1)
+        x.softmax(dim=0)
+        list(map(functools.partial(torch.softmax, dim=-1), [x]))
+        torch.exp(x).sum()
+        x.log_softmax(-1)
+        globals()[forbidden_name]()
+
+
+def a_function_whose_name_is_forbidden():
+    return torch.zeros(1)
+
+
+@pytest.mark.parametrize("names", [frozenset(), frozenset({f"{__name__}.a_function_whose_name_"
+                                                           f"is_forbidden"})])
+def test_the_watch_records_every_forbidden_call_each_time(names, monkeypatch):
+    """The watch keeps each built-in name's answer (a speed-up): it records the same calls, in
+    the same order, as asking ``Forbidden.forbids_builtin`` every time."""
+    from attention_course.checks.student import shortcuts
+
+    forbidden = replace(shortcuts.forbid((), ("softmax",)), function_names=names)
+
+    def recorded():
+        called = []
+        with shortcuts.watch_calls(forbidden, called):
+            calls_of_a_student("a_function_whose_name_is_forbidden")
+        return called
+
+    remembered = recorded()
+    monkeypatch.setattr(shortcuts, "_remembered", lambda forbidden: forbidden.forbids_builtin)
+    assert remembered == recorded()
+    assert remembered.count("torch's built-in softmax") >= 6
+    assert "torch's built-in log_softmax" in remembered
+    assert not [name for name in remembered if "exp" in name or "sum" in name]
+    assert remembered.count(next(iter(names), None)) == (2 if names else 0)

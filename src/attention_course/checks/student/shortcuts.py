@@ -72,20 +72,27 @@ def watch_calls(forbidden: Forbidden, called: list[str]):
         yield called
         return
 
+    function_names = forbidden.function_names
+    forbids_builtin = _remembered(forbidden)
+
+    # called on every call and return of Python and C functions while the block runs: the
+    # cheap tests first (a name is built only when names are forbidden, a built-in's name
+    # looked up once)
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes and not _the_harness_engine(frame):
-            called.append(codes[frame.f_code])
-        elif (event == "call" and _frame_name(frame) in forbidden.function_names
-              and not _the_harness_engine(frame)):
-            called.append(_frame_name(frame))
-        elif (event == "c_call" and forbidden.forbids_builtin(getattr(arg, "__name__", None))
+        if event == "call":
+            if frame.f_code in codes and not _the_harness_engine(frame):
+                called.append(codes[frame.f_code])
+            elif (function_names and _frame_name(frame) in function_names
+                  and not _the_harness_engine(frame)):
+                called.append(_frame_name(frame))
+        elif (event == "c_call" and forbids_builtin(getattr(arg, "__name__", None))
               and _is_torch_builtin(arg) and not _the_harness_engine(frame)):
             called.append(f"torch's built-in {arg.__name__}")
 
     previous = sys.getprofile()
     sys.setprofile(profile)
     try:
-        with _TorchCalls(forbidden, called):
+        with _TorchCalls(forbidden, called, forbids_builtin):
             yield called
     finally:
         _restore_profiler(previous)
@@ -96,13 +103,15 @@ class _TorchCalls(TorchFunctionMode):
     profile above sees no call that C code makes for Python (``map``, ``functools.partial``,
     ``operator.methodcaller``), this does."""
 
-    def __init__(self, forbidden: Forbidden, called: list[str]):
+    def __init__(self, forbidden: Forbidden, called: list[str],
+                 forbids_builtin: Callable[[object], bool] | None = None):
         super().__init__()
         self.forbidden, self.called = forbidden, called
+        self.forbids_builtin = forbids_builtin or forbidden.forbids_builtin
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", None)
-        if self.forbidden.forbids_builtin(name):
+        if self.forbids_builtin(name):
             self.called.append(f"torch's built-in {name}")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -127,6 +136,20 @@ def _warn_again(warning: warnings.WarningMessage) -> None:
     warnings.warn_explicit(warning.message, warning.category, caller.f_code.co_filename,
                            caller.f_lineno, module=caller.f_globals.get("__name__"),
                            registry=caller.f_globals.setdefault("__warningregistry__", {}))
+
+
+def _remembered(forbidden: Forbidden) -> Callable[[object], bool]:
+    """``forbidden.forbids_builtin``, each name's answer kept (it depends on the name alone)."""
+    answers: dict[str, bool] = {}
+
+    def forbids_builtin(name: object) -> bool:
+        if type(name) is not str:  # None, or a str subclass (whose hash may be its own)
+            return forbidden.forbids_builtin(name)
+        answer = answers.get(name)
+        if answer is None:
+            answer = answers[name] = forbidden.forbids_builtin(name)
+        return answer
+    return forbids_builtin
 
 
 def _restore_profiler(previous) -> None:
