@@ -98,34 +98,37 @@ def measure_one(name: str, T: int, repeats: int) -> dict:
             "seconds": median_seconds(run, device, repeats), "peak_bytes": memory}
 
 
-def in_fresh_processes(script: str, names, lengths, repeats: int) -> list[dict]:
+def in_fresh_processes(script: str, names, lengths, repeats: int,
+                       together: bool = False) -> list[dict]:
     """``script --one NAME T REPEATS`` for every name at every length, each in a process of its
-    own (so that no allocation lingers into the next measurement): the rows they print."""
+    own (so that no allocation lingers into the next measurement), or with ``together`` all in
+    one process (``--one`` for each: a smoke test's size, one interpreter start instead of one
+    per measurement, where the memory figures may include an earlier measurement's): the rows
+    they print."""
+    asked = [["--one", name, str(T), str(repeats)] for T in lengths for name in names]
     rows = []
-    for T in lengths:
-        for name in names:
-            child = subprocess.run([sys.executable, script, "--one", name, str(T), str(repeats)],
-                                   capture_output=True, text=True, check=True)
-            rows.append(json.loads(child.stdout))
+    for arguments in [sum(asked, [])] if together else asked:
+        child = subprocess.run([sys.executable, script, *arguments],
+                               capture_output=True, text=True, check=True)
+        rows += [json.loads(line) for line in child.stdout.splitlines()]
     return rows
 
 
 def one_measurement_asked(parser: argparse.ArgumentParser, measure_one) -> bool:
     """Parse the command line; in the child process of ``in_fresh_processes`` (``--one``), run
-    and print its one measurement and say so."""
-    parser.add_argument("--one", nargs=3, metavar=("NAME", "T", "REPEATS"),
+    and print its measurements, one line each, and say so."""
+    parser.add_argument("--one", nargs=3, action="append", metavar=("NAME", "T", "REPEATS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        name, T, repeats = args.one
-        print(json.dumps(measure_one(name, int(T), int(repeats))))
+    for name, T, repeats in args.one or []:
+        print(json.dumps(measure_one(name, int(T), int(repeats))), flush=True)
     return bool(args.one)
 
 
 def measure(quick: bool = False) -> list[dict]:
-    """Every implementation at every length, each in its own process."""
-    lengths, repeats = (LENGTHS[:1], 2) if quick else (LENGTHS, 5)
-    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats)
+    """Every implementation at every length, each in its own process (quick: all in one)."""
+    lengths, repeats = (LENGTHS[:1], 1) if quick else (LENGTHS, 5)
+    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats, together=quick)
 
 
 def plot(rows: list[dict], path) -> None:

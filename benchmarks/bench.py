@@ -52,12 +52,20 @@ def machine() -> dict:
             "date": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
+# --quick's lesson under nbval: one of the shortest (benchmarks/README.md's notebooks table)
+QUICK_LESSON = "02_scaled_dot_product"
+
+
 def sections(quick: bool) -> dict:
-    """Section name -> a function measuring it."""
+    """Section name -> a function measuring it; ``quick``: each section's smallest run that
+    still goes through all its code (one repeat, seed, round, submission and worker; the
+    notebooks' busy half on the floor only; one process for each section's measurements)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return {
         "notebooks": lambda: notebooks.measure(repeats=1 if quick else 3,
-                                               limit=1 if quick else None),
+                                               lessons=[QUICK_LESSON] if quick else None,
+                                               busy_lessons=not quick,
+                                               load=1 if quick else 2),
         "copy_task": lambda: copy_task.measure(seeds=1 if quick else 5, device=device),
         "grading": lambda: grading.measure(students=[12] if quick else [11, 12, 13, 14],
                                            lessons=["01_embeddings"] if quick else None),
@@ -73,7 +81,7 @@ def sections(quick: bool) -> dict:
         "streaming": lambda: streaming.measure(quick),
         "latent_attention": lambda: latent_attention.measure(quick),
         "gradescope": lambda: gradescope.measure(runs=1 if quick else 3),
-        "watch": lambda: watch.measure(students=4 if quick else 50),
+        "watch": lambda: watch.measure(students=1 if quick else 50, workers=1 if quick else 2),
     }
 
 

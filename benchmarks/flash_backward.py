@@ -78,9 +78,9 @@ def measure_one(name: str, T: int, repeats: int) -> dict:
 
 
 def measure(quick: bool = False) -> list[dict]:
-    """Every implementation at every length, each in its own process."""
+    """Every implementation at every length, each in its own process (quick: all in one)."""
     lengths, repeats = ((256,), 1) if quick else (LENGTHS, 3)
-    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats)
+    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats, together=quick)
 
 
 def report(rows: list[dict]) -> str:

@@ -104,15 +104,17 @@ def measure_one(name: str, T: int, repeats: int) -> dict:
             "seconds": median_seconds(run, device, repeats), "peak_bytes": memory}
 
 
-def attention_memory(lengths=ATTENTION_LENGTHS, repeats: int = 3) -> list[dict]:
-    """Every implementation at every length, each in its own process."""
-    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats)
+def attention_memory(lengths=ATTENTION_LENGTHS, repeats: int = 3,
+                     together: bool = False) -> list[dict]:
+    """Every implementation at every length, each in its own process (``together``: all in
+    one)."""
+    return in_fresh_processes(__file__, IMPLEMENTATIONS, lengths, repeats, together)
 
 
 def measure(quick: bool = False, device: str = "cpu") -> dict:
     if quick:
         return {"decoding": decoding((8, 16), repeats=1, device=device),
-                "attention": attention_memory((128,), repeats=1)}
+                "attention": attention_memory((128,), repeats=1, together=True)}
     return {"decoding": decoding(device=device), "attention": attention_memory()}
 
 

@@ -57,12 +57,13 @@ def busy(processes: int = 2):
             process.join()
 
 
-def quiet_and_busy(notebook: Path, repeats: int) -> tuple[float, float]:
-    """Medians of ``repeats`` runs quiet and as many beside the load, alternating."""
+def quiet_and_busy(notebook: Path, repeats: int, load: int = 2) -> tuple[float, float]:
+    """Medians of ``repeats`` runs quiet and as many beside ``load`` busy processes,
+    alternating."""
     quiet, loaded = [], []
     for _ in range(repeats):
         quiet.append(nbval_seconds(notebook))
-        with busy():
+        with busy(load):
             loaded.append(nbval_seconds(notebook))
     return statistics.median(quiet), statistics.median(loaded)
 
@@ -75,18 +76,26 @@ def floor_notebook(folder: Path) -> Path:
     return path
 
 
-def measure(repeats: int = 3, limit: int | None = None) -> dict:
-    """The floor and every lesson (or the first ``limit`` lessons), quiet and busy."""
-    lessons = [ROOT / "solutions" / lesson / f"{lesson}.ipynb" for lesson in ids()[:limit]]
+def measure(repeats: int = 3, lessons: list[str] | None = None, busy_lessons: bool = True,
+            load: int = 2) -> dict:
+    """The floor and every lesson (or those of ``lessons``), quiet and beside ``load`` busy
+    processes; without ``busy_lessons`` only the floor runs beside the load (the lessons' busy
+    figures are None)."""
+    paths = [ROOT / "solutions" / lesson / f"{lesson}.ipynb" for lesson in lessons or ids()]
     with tempfile.TemporaryDirectory() as scratch:
-        floor, floor_busy = quiet_and_busy(floor_notebook(Path(scratch)), repeats)
+        floor, floor_busy = quiet_and_busy(floor_notebook(Path(scratch)), repeats, load)
     rows = []
-    for path in lessons:
-        seconds, busy_seconds = quiet_and_busy(path, repeats)
+    for path in paths:
+        if busy_lessons:
+            seconds, busy_seconds = quiet_and_busy(path, repeats, load)
+        else:
+            seconds = statistics.median(nbval_seconds(path) for _ in range(repeats))
+            busy_seconds = None
         rows.append({"lesson": path.stem, "seconds": seconds, "ratio_to_floor": seconds / floor,
-                     "busy_seconds": busy_seconds, "busy_ratio": busy_seconds / seconds})
-    return {"floor_seconds": floor, "floor_busy_seconds": floor_busy, "lessons": rows,
-            "total_seconds": sum(row["seconds"] for row in rows)}
+                     "busy_seconds": busy_seconds,
+                     "busy_ratio": None if busy_seconds is None else busy_seconds / seconds})
+    return {"floor_seconds": floor, "floor_busy_seconds": floor_busy, "load": load,
+            "lessons": rows, "total_seconds": sum(row["seconds"] for row in rows)}
 
 
 def report(result: dict) -> str:
@@ -94,9 +103,12 @@ def report(result: dict) -> str:
              f"{'floor (kernel + imports)':28} {result['floor_seconds']:6.1f}s {'':6} "
              f"{result['floor_busy_seconds']:6.1f}s"]
     lines += [f"{row['lesson']:28} {row['seconds']:6.1f}s {row['ratio_to_floor']:5.1f}x "
-              f"{row['busy_seconds']:6.1f}s {row['busy_ratio']:9.2f}x"
+              + (f"{row['busy_seconds']:6.1f}s {row['busy_ratio']:9.2f}x"
+                 if row["busy_seconds"] is not None else f"{'-':>7} {'-':>10}")
               for row in result["lessons"]]
     lines.append(f"{'all lessons, quiet':28} {result['total_seconds']:6.1f}s")
+    load = result["load"]
+    lines.append(f"busy: beside {load} process{'es' * (load != 1)} keeping a core each")
     return "\n".join(lines)
 
 
