@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .attention import check_key_value, check_query_key, compute_dtype
+from .masks import broadcast_shape
 
 NEG_INF = float("-inf")
 
@@ -78,7 +79,7 @@ def flash_forward(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = F
         raise ValueError(f"is_causal needs T <= S: {T} queries cannot be the last of {S} keys")
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     wide = compute_dtype(query.dtype)
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    batch = broadcast_shape(query.shape[:-2], key.shape[:-2])  # checked above to broadcast
     out = query.new_zeros(*batch, T, value.shape[-1], dtype=wide)
     lse = query.new_full((*batch, T), NEG_INF, dtype=wide)
     for q0 in range(0, T, block_size):
