@@ -10,7 +10,7 @@ from grader.course import read_lesson
 from helpers.notebooks import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 84-140 s, 74-87 CPU-s measured
-# on 2 shared cores (the grading and cluster sections are two thirds of it)
+# on 2 shared cores (about half of it the grading and cluster sections)
 
 
 def test_quick_bench_produces_every_figure(tmp_path):
