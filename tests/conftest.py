@@ -22,12 +22,14 @@ from helpers.notebooks import start_again_if_it_dies  # noqa: E402
 
 # The modules that keep a worker busy a minute or more in `make test`, longest first (their
 # setup, call and teardown summed from `--durations=0`, 2 cores, 3 workers)
-LONGEST = ("tests/adversarial/test_adversarial.py",  # 185 s
-           "tests/repo/test_bench.py",  # 114 s
-           "tests/browser/test_browser_lessons.py",  # 110 s
-           "tests/pipeline/test_gradebook.py",  # 85 s
-           "tests/browser/test_formgrader_grades.py",  # 66 s
-           "tests/colab/test_colab_pinned.py")  # 59 s
+LONGEST = ("tests/adversarial/test_adversarial.py",  # 176 s
+           "tests/repo/test_bench.py",  # 166 s
+           "tests/colab/test_colab_pinned.py",  # 97 s
+           "tests/browser/test_browser_lessons.py",  # 87 s
+           "tests/notebooks/test_lesson_notebooks.py",  # 86 s
+           "tests/pipeline/test_grading.py",  # 73 s
+           "tests/pipeline/test_gradebook.py",  # 70 s
+           "tests/pipeline/test_cluster.py")  # 65 s
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
