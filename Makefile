@@ -317,12 +317,13 @@ adversarial: install sandbox
 
 # The whole suite, on every core: pytest-xdist with one worker more than the cores (a worker
 # waits on kernels, servers and timeouts part of the time: 2 cores, one full run each way, 384 s
-# with 2 workers, 349 s with 3), each test module whole on one worker (what it builds once is
-# built once; a notebook's cells share one kernel), modules in collection order (the slow suites
-# first), one torch thread per process, so that workers' kernels do not fight over the cores,
-# and bytecode written for every module the first time it is imported (the rest of what the
-# installs did not compile). Every lesson also runs under Colab's pins (tests/colab/, in
-# $(COLAB_VENV)). The slowest 20 tests are listed at the end, to keep an eye on.
+# with 2 workers, 349 s with 3; with ten lessons 487 s with 3, 518 s with 4), each test module
+# whole on one worker (what it builds once is built once; a notebook's cells share one kernel),
+# modules in collection order (the slow suites first), one torch thread per process, so that
+# workers' kernels do not fight over the cores, and bytecode written for every module the first
+# time it is imported (the rest of what the installs did not compile). Every lesson also runs
+# under Colab's pins (tests/colab/, in $(COLAB_VENV)). The slowest 20 tests are listed at the
+# end, to keep an eye on.
 # What the suite needs is installed side by side (the Debian packages while uv installs), each
 # part's output shown when it is done.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
