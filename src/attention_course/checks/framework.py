@@ -305,15 +305,21 @@ def diagnose(exercise: Exercise, case: Case, got: tuple, expected: tuple,
     singles = [[m] for m in variants]
     pairs = [[a, b] for a, b in itertools.combinations(variants, 2)
              if not a.knobs.keys() & b.knobs.keys()]
-    runs: dict = {}  # each variant run once per case: ``right`` and ``others`` share cases
+    outputs: dict = {}  # (case, mistakes) -> the variant's outputs: ``right`` and ``others``
+    # share cases, and the variants are the course's own, deterministic: each is run once
+
+    def explains(combination: list[Mistake], on: Case, seen: tuple) -> bool:
+        key = (id(on), *map(id, combination))
+        if key not in outputs:
+            outputs[key] = _variant_outputs(exercise, on, _knobs(combination))
+        return _same_outputs(outputs[key], seen)
+
     for combinations in (singles, pairs):
-        found = [c for c in combinations if _variant_matches(exercise, case, _knobs(c), got, runs)
-                 and all(_variant_matches(exercise, other, _knobs(c), seen.outputs, runs)
-                         for other, seen in right)]
+        found = [c for c in combinations if explains(c, case, got)
+                 and all(explains(c, other, seen.outputs) for other, seen in right)]
         if found:
-            return max(found, key=lambda c: sum(
-                _variant_matches(exercise, other, _knobs(c), seen.outputs, runs)
-                for other, seen in others))
+            return max(found, key=lambda c: sum(explains(c, other, seen.outputs)
+                                                for other, seen in others))
     return None
 
 
@@ -328,32 +334,17 @@ def _shows_sign(mistake: Mistake, got: tuple, expected: tuple) -> bool:
         return False
 
 
-_NOT_RUN, _RAISED = object(), object()
-
-
-def _variant_matches(exercise: Exercise, case: Case, knobs: dict, got: tuple,
-                     runs: dict | None = None) -> bool:
-    """Whether the variant with ``knobs`` gives ``got`` on ``case``; ``runs`` keeps each
-    variant's outputs by case and knobs (the variants are the course's own, deterministic)."""
-    key = (id(case), tuple(sorted((k, type(v), v) for k, v in knobs.items())))
+def _variant_outputs(exercise: Exercise, case: Case, knobs: dict) -> tuple | None:
+    """The outputs of the variant with ``knobs`` on ``case``; None if it cannot even run."""
     try:
-        wrong = runs[key] if runs is not None else _NOT_RUN
-    except (KeyError, TypeError):  # not run yet, or a knob that is not hashable
-        wrong = _NOT_RUN
-    if wrong is _NOT_RUN:
-        try:
-            with case.defaults():
-                wrong = as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
-        except Exception:  # this variant cannot even run on this case
-            wrong = _RAISED
-        try:
-            if runs is not None:
-                runs[key] = wrong
-        except TypeError:  # a knob that is not hashable: not kept
-            pass
-    if wrong is _RAISED:
-        return False
-    return len(wrong) == len(got) and all(
+        with case.defaults():
+            return as_tuple(exercise.variant(*clone(case.args), **case.kwargs, **knobs))
+    except Exception:  # this variant cannot run on this case
+        return None
+
+
+def _same_outputs(wrong: tuple | None, got: tuple) -> bool:
+    return wrong is not None and len(wrong) == len(got) and all(
         isinstance(g, Tensor) and matches(g, detach(w)) for g, w in zip(got, wrong, strict=True))
 
 
