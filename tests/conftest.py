@@ -108,7 +108,7 @@ def graded_class(tmp_path_factory):
 def build_class(tmp_path_factory, name: str, *, submitted: dict | None = None,
                 downloads: Callable[..., Iterable[Path]] | None = None,
                 prepare: Callable | None = None, gradebook: str | None = None,
-                grade: tuple[str, ...] | Callable | None = ("--workers", "2"),
+                grade: tuple[str, ...] | Callable | None = ("--workers", "1"),
                 command_line: bool = False, then: tuple[str, ...] = ()):
     """The Workspace of a class, in a new folder called ``name``, built in this order:
 

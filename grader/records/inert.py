@@ -26,6 +26,7 @@ grader/nbgrader_config.py) to any notebook it shows, whoever wrote it.
 """
 
 import copy
+import functools
 import re
 
 from bleach import html5lib_shim
@@ -126,6 +127,20 @@ def inert_cell(cell, reserved: frozenset[str] = PAGE_IDS):
 def inert_markdown(source: str, attachments, reserved: frozenset[str] = PAGE_IDS):
     """A markdown cell's source and attachments, as the formgrader may show them."""
     images = raster_attachments(attachments)
+    if not images:
+        return _inert_text(source, reserved), {}
+    return _inert_markdown(source, images, reserved)
+
+
+@functools.lru_cache(maxsize=4096)
+def _inert_text(source: str, reserved: frozenset[str]) -> str:
+    """A markdown cell without images, as the formgrader may show it: rendered once for a
+    batch, as the lesson's own text is the same in every student's notebook (a pure function
+    of its arguments)."""
+    return _inert_markdown(source, {}, reserved)[0]
+
+
+def _inert_markdown(source: str, images: dict, reserved: frozenset[str]):
     for candidate in (source, escape_html(source)):
         if renders_inert(candidate, images, reserved):
             return candidate, images
