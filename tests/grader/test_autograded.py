@@ -22,6 +22,7 @@ import pytest
 from grader.course import read_lesson
 from grader.grading.batch import Handin
 from grader.grading.results import ExerciseResult, Outcome, Result
+from grader.records import inert
 from grader.records.autograded import autograded_notebook
 from helpers.formgrade import (
     BEACON,
@@ -123,6 +124,20 @@ def test_each_markdown_payload_is_shown_inert_as_text(name):
     if name != "math-href":
         written = re.sub(r"\s+", "", html.unescape(source).split("(")[0])[:12]
         assert written in re.sub(r"\s+", "", text), "the grader still sees what was written"
+
+
+@pytest.mark.parametrize("padding", [0, inert.REMEMBERED_CHARACTERS],
+                         ids=["checked once", "too long to remember"])
+def test_a_payload_is_as_inert_the_second_time_it_is_met(padding):
+    """A cell short enough is checked once and remembered for the batch; a longer one is
+    checked each time and never kept."""
+    inert._inert_text.cache_clear()
+    for name, payload in markdown_payloads(BEACON).items():
+        source = "x" * padding + "\n\n" + payload
+        first, again = inert.inert_markdown(source, None), inert.inert_markdown(source, None)
+        assert first == again and inert.is_inert(inert.render(first[0], {})), name
+    kept = inert._inert_text.cache_info().currsize
+    assert kept == (len(markdown_payloads(BEACON)) if not padding else 0)
 
 
 def test_the_students_ordinary_markdown_is_kept_as_written():
