@@ -58,7 +58,7 @@ MATH_LINK = re.compile(r"\\(?:href|url)\s*\{([^}]*)\}")
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"  # every lesson's
 PAGE_IDS = frozenset({"notebook", "notebook-container", "statusmessage"})  # formgrade's own
 GRADE_ID = re.compile(r"[A-Za-z0-9_-]+")  # what the formgrade template writes into the page
-REMEMBERED_CHARACTERS = 4096  # a markdown cell this short is checked once per batch
+REMEMBERED_CHARACTERS = 4096  # a markdown cell this short is checked once and remembered
 UNSHOWABLE = "*The student's cell cannot be shown safely here: open the notebook itself.*"
 CELL_KEYS = {"code": {"id", "cell_type", "metadata", "source", "outputs", "execution_count"},
              "markdown": {"id", "cell_type", "metadata", "source", "attachments"}}
@@ -135,8 +135,8 @@ def inert_markdown(source: str, attachments, reserved: frozenset[str] = PAGE_IDS
 
 @functools.lru_cache(maxsize=1024)
 def _inert_text(source: str, reserved: frozenset[str]) -> str:
-    """A short markdown cell without images, as the formgrader may show it: checked once for a
-    batch, as a lesson's own text is the same in every student's notebook (the lessons' 308
+    """A short markdown cell without images, as the formgrader may show it: checked once in a
+    process, as a lesson's own text is the same in every student's notebook (the lessons' 308
     markdown cells are at most 2,400 characters; at most 1,024 cells are kept)."""
     return _inert_markdown(source, {}, reserved)[0]
 

@@ -129,8 +129,8 @@ def test_each_markdown_payload_is_shown_inert_as_text(name):
 @pytest.mark.parametrize("padding", [0, inert.REMEMBERED_CHARACTERS],
                          ids=["checked once", "too long to remember"])
 def test_a_payload_is_as_inert_the_second_time_it_is_met(padding):
-    """A cell short enough is checked once and remembered for the batch; a longer one is
-    checked each time and never kept."""
+    """A cell short enough is checked once and remembered; a longer one is checked each time
+    and never kept."""
     inert._inert_text.cache_clear()
     for name, payload in markdown_payloads(BEACON).items():
         source = "x" * padding + "\n\n" + payload
